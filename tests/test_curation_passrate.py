@@ -1,0 +1,78 @@
+"""Pass-rate and top-k arithmetic, shard keys and shard splitting, checked against hand counts."""
+
+import hashlib
+
+import pytest
+
+from curation.passrate import shard_key, split_into_shards, summarize_attempts
+
+P, F = "pass", "fail"
+
+
+def test_top_k_groups_consecutive_attempts_into_rollouts():
+    # rollouts of k=2: [F,P] solved, [F,F] not, [P,P] solved, [F,F] not -> 2/4; 3 passes of 8.
+    [summary] = summarize_attempts([[F, P, F, F, P, P, F, F]], k=2)
+    assert summary["num_samples"] == 8
+    assert summary["pass_count"] == 3
+    assert summary["pass_rate"] == 3 / 8
+    assert summary["num_rollouts"] == 4
+    assert summary["num_rollouts_solved"] == 2
+    assert summary["pass_rate_top_k"] == 0.5
+
+
+def test_top_k_with_k4():
+    [summary] = summarize_attempts([[F, F, F, P, F, F, F, F]], k=4)
+    assert (summary["num_rollouts"], summary["num_rollouts_solved"], summary["pass_rate_top_k"]) == (2, 1, 0.5)
+
+
+def test_statuses_counted_separately_and_k1_equals_pass_rate():
+    summaries = summarize_attempts([["pass", "fail", "unparsable", "timeout", "error"], [P, P, F, P]])
+    assert summaries[0] == {
+        "num_samples": 5,
+        "pass_count": 1,
+        "pass_rate": 0.2,
+        "num_unparsable": 1,
+        "num_timeout": 1,
+        "num_error": 1,
+        "num_rollouts": 5,
+        "num_rollouts_solved": 1,
+        "pass_rate_top_k": 0.2,
+    }
+    assert summaries[1]["pass_rate"] == 0.75 == summaries[1]["pass_rate_top_k"]
+
+
+def test_bad_inputs_are_refused_with_the_problem_index():
+    with pytest.raises(ValueError, match="problem 1: 5 attempts do not split into rollouts of k=2"):
+        summarize_attempts([[P, F], [P, F, F, F, F]], k=2)
+    with pytest.raises(ValueError, match="problem 0: unknown statuses \\['passed'\\]"):
+        summarize_attempts([["passed"]])
+    with pytest.raises(ValueError, match="problem 0: no attempts"):
+        summarize_attempts([[]])
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        summarize_attempts([[P]], k=0)
+
+
+def test_shard_key_is_sha256_of_canonical_json():
+    expected = hashlib.sha256(
+        b'{"checkpoint_id":"ck1","problem_ids":["a","b"],'
+        b'"sampling":{"n":5,"temperature":1.0},"verifier_version":"v1"}'
+    ).hexdigest()
+    assert shard_key(["a", "b"], "ck1", {"temperature": 1.0, "n": 5}, "v1") == expected
+    assert shard_key(["a", "b"], "ck1", {"n": 5, "temperature": 1.0}, "v1") == expected
+
+
+def test_shard_key_changes_with_every_input():
+    base = shard_key(["a", "b"], "ck1", {"n": 5}, "v1")
+    assert shard_key(["b", "a"], "ck1", {"n": 5}, "v1") != base
+    assert shard_key(["a", "b"], "ck2", {"n": 5}, "v1") != base
+    assert shard_key(["a", "b"], "ck1", {"n": 6}, "v1") != base
+    assert shard_key(["a", "b"], "ck1", {"n": 5}, "v2") != base
+
+
+def test_split_into_shards_keeps_order():
+    rows = [{"id": str(i)} for i in range(5)]
+    shards = split_into_shards(rows, 2)
+    assert [[row["id"] for row in shard] for shard in shards] == [["0", "1"], ["2", "3"], ["4"]]
+    assert split_into_shards([], 3) == []
+    with pytest.raises(ValueError, match="shard_size must be >= 1"):
+        split_into_shards(rows, 0)
