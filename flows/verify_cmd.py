@@ -1,0 +1,93 @@
+"""`passband verify`: verify a JSONL file of completions and write the verdicts back.
+
+Input rows are {id, completion, reference}; output rows are the same with score, status and
+detail added. Malformed rows (bad JSON, missing keys, a reference the task cannot use) are
+written with their line number and reason to <output stem>.quarantine.jsonl, never dropped
+silently. Files are written to a temporary name and renamed, so a crash leaves no half file.
+"""
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+REQUIRED_KEYS = ("id", "completion", "reference")
+
+
+def verify_file(task: str, input_path: Path, output_path: Path, **settings) -> dict[str, int]:
+    """Verify every well-formed row; return counts per status (plus "quarantined" if any)."""
+    from curation.verifiers import TASKS, verify  # heavy-ish imports stay out of `passband --help`
+
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    rows, quarantined = _read_rows(task, Path(input_path))
+    results = verify(task, [row["completion"] for row in rows],
+                     [row["reference"] for row in rows], **settings)
+    verified = [{**row, "score": r.score, "status": r.status, "detail": r.detail}
+                for row, r in zip(rows, results)]
+
+    output_path = Path(output_path)
+    quarantine_path = output_path.with_suffix(".quarantine.jsonl")
+    _write_jsonl(output_path, verified)
+    if quarantined:
+        _write_jsonl(quarantine_path, quarantined)
+    elif quarantine_path.exists():
+        quarantine_path.unlink()  # a stale one from an earlier run would describe other input
+
+    counts = dict(Counter(r.status for r in results))
+    if quarantined:
+        counts["quarantined"] = len(quarantined)
+    return counts
+
+
+def _read_rows(task: str, path: Path) -> tuple[list[dict], list[dict]]:
+    """Well-formed rows, and quarantine records {line, reason, raw} for the others."""
+    rows, quarantined = [], []
+    with open(path, encoding="utf-8") as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            reason = None
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                reason = f"bad JSON: {error}"
+            else:
+                reason = _row_error(task, row)
+            if reason is None:
+                rows.append(row)
+            else:
+                quarantined.append({"line": line_number, "reason": reason, "raw": line.rstrip("\n")})
+    return rows, quarantined
+
+
+def _row_error(task: str, row: object) -> str | None:
+    """Why `row` cannot be verified for `task`, or None."""
+    from curation.verifiers import code, math
+
+    if not isinstance(row, dict):
+        return f"row must be a JSON object, got {type(row).__name__}"
+    missing = [key for key in REQUIRED_KEYS if key not in row]
+    if missing:
+        return f"missing keys: {', '.join(missing)}"
+    if not isinstance(row["completion"], str):
+        return "completion must be a string"
+    if task == "math":
+        return math.reference_error(row["reference"])
+    elif task == "code":
+        return code.reference_error(row["reference"])
+    elif task == "ifeval":
+        reference = row["reference"]
+        if not (isinstance(reference, dict) and isinstance(reference.get("instructions"), list)):
+            return "reference must be an object with an 'instructions' list"
+        return None
+    raise ValueError(f"unknown task {task!r}")
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    """Write to path.tmp, then rename over path (atomic on one filesystem)."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        for row in rows:
+            file.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(temporary, path)

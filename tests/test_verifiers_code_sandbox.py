@@ -1,0 +1,253 @@
+"""Sandbox and code verifier: hostile programs are contained, and the verdicts are right.
+
+Every hostile program bounds itself (deadlines, at most N forks) so that a broken sandbox fails
+the test instead of harming the machine.
+"""
+
+import os
+import socket
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from curation.verifiers import CodeSettings, VerifyResult, verify_code
+from curation.verifiers.code import extract_code
+from curation.verifiers.sandbox import SandboxLimits, run_python
+
+FAST = SandboxLimits(wall_timeout_s=2.0, cpu_time_s=2)
+
+
+def run(source: str, limits: SandboxLimits = FAST, stdin: str = ""):
+    return run_python(textwrap.dedent(source), stdin=stdin, limits=limits)
+
+
+def test_plain_program_runs_with_stdin():
+    outcome = run("print(int(input()) * 2)", stdin="21\n")
+    assert (outcome.returncode, outcome.stdout, outcome.timed_out) == (0, "42\n", False)
+
+
+def test_infinite_loop_is_killed_at_the_deadline():
+    start = time.monotonic()
+    outcome = run("""
+        import time
+        end = time.monotonic() + 60  # self-bound: a broken sandbox returns after 60 s
+        while time.monotonic() < end:
+            pass
+    """, SandboxLimits(wall_timeout_s=1.0, cpu_time_s=30))
+    assert outcome.timed_out and outcome.returncode is None
+    assert time.monotonic() - start < 5
+
+
+def test_cpu_limit_kills_a_busy_program_before_the_wall_clock():
+    outcome = run("""
+        import time
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            pass
+    """, SandboxLimits(wall_timeout_s=20.0, cpu_time_s=1))
+    assert not outcome.timed_out and outcome.returncode == 128 + 9  # SIGKILL at the hard limit
+    assert outcome.wall_s < 5
+
+
+def test_fork_bomb_is_capped_by_the_process_limit():
+    # Forks at most 200 times; children sleep 1 s then exit, so without a cap all 200 succeed.
+    outcome = run("""
+        import os, time
+        num_forked = 0
+        for _ in range(200):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(1)
+                os._exit(0)
+            num_forked += 1
+        print(num_forked)
+    """, SandboxLimits(wall_timeout_s=10.0, max_processes=16))
+    assert outcome.returncode == 0, outcome.stderr
+    assert int(outcome.stdout) < 16  # the program itself is one of the 16
+
+
+def test_memory_hog_hits_the_address_space_limit():
+    outcome = run("""
+        blocks = []
+        for _ in range(100):  # at most 100 x 64 MiB = 6.4 GiB
+            blocks.append(bytearray(64 << 20))
+        print("allocated everything")
+    """, SandboxLimits(wall_timeout_s=10.0, memory_bytes=256 << 20))
+    assert outcome.returncode == 1 and "MemoryError" in outcome.stderr
+    assert "allocated everything" not in outcome.stdout
+
+
+def test_huge_output_is_capped():
+    outcome = run("""
+        import sys
+        for _ in range(64):  # 64 MiB in total
+            sys.stdout.write("x" * (1 << 20))
+    """, SandboxLimits(wall_timeout_s=10.0, max_file_bytes=4 << 20, max_output_bytes=1 << 20))
+    assert outcome.output_truncated
+    assert outcome.stdout == "x" * (1 << 20)
+    assert outcome.returncode != 0 and "File too large" in outcome.stderr
+
+
+def test_writing_outside_the_working_dir_fails(tmp_path):
+    marker = f"passband-escape-{uuid.uuid4().hex}"
+    repo_file = Path.cwd() / marker
+    outcome = run(f"""
+        import os
+        results = []
+        for path in [{str(repo_file)!r}, "/etc/{marker}", "/root/{marker}", "/{marker}"]:
+            try:
+                open(path, "w").write("x")
+                results.append("wrote " + path)
+            except OSError as error:
+                results.append(type(error).__name__)
+        open("/tmp/{marker}", "w").write("x")   # lands in the sandbox's own tmpfs
+        open("local.txt", "w").write("ok")      # the working dir is writable
+        print(results, os.getcwd())
+    """)
+    assert outcome.returncode == 0, outcome.stderr
+    assert outcome.stdout.count("PermissionError") == 4 and "wrote" not in outcome.stdout
+    assert not repo_file.exists() and not Path("/etc", marker).exists()
+    assert not Path("/tmp", marker).exists()  # the host's /tmp is untouched
+
+
+def test_network_connections_fail_fast():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    outcome = run(f"""
+        import socket, time
+        for address in [("127.0.0.1", {port}), ("1.1.1.1", 80), ("8.8.8.8", 53)]:
+            start = time.monotonic()
+            try:
+                socket.create_connection(address, timeout=3).close()
+                print("connected", address)
+            except OSError as error:
+                print(type(error).__name__, round(time.monotonic() - start, 2))
+    """, SandboxLimits(wall_timeout_s=15.0))
+    lines = outcome.stdout.split("\n")[:3]
+    assert [line.split()[0] for line in lines] == ["OSError"] * 3, outcome.stdout
+    assert all(float(line.split()[1]) < 0.5 for line in lines)  # unreachable, not a timeout
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nothing reached the parent's listener
+    listener.close()
+
+
+def test_parent_environment_is_invisible(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake-secret-for-test")
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "fake-token-for-test")
+    outcome = run(f"""
+        import os
+        print(sorted(os.environ))
+        for path in ["/proc/1/environ", "/proc/{os.getpid()}/environ", "/proc/{os.getppid()}/cmdline"]:
+            try:
+                print(path, open(path, "rb").read())
+            except OSError as error:
+                print(path, type(error).__name__)
+    """)
+    assert outcome.returncode == 0, outcome.stderr
+    assert "fake-secret" not in outcome.stdout and "fake-token" not in outcome.stdout
+    visible = eval(outcome.stdout.splitlines()[0])
+    assert set(visible) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PWD", "SHLVL", "LC_CTYPE"}
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Host pids whose command line contains marker (read independently of the sandbox)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.parametrize("parent_waits", [True, False])
+def test_grandchildren_do_not_survive(parent_waits):
+    # The grandchild leaves the process group (setsid) and sleeps 20 s; the parent either
+    # loops past the deadline or exits at once. Either way the grandchild must be gone.
+    marker = f"passband-grandchild-{uuid.uuid4().hex}"
+    outcome = run(f"""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(20)",
+                          "{marker}"])
+        time.sleep(0.3)
+        print("spawned", flush=True)
+        end = time.monotonic() + (20 if {parent_waits} else 0)
+        while time.monotonic() < end:
+            time.sleep(0.05)
+    """, SandboxLimits(wall_timeout_s=1.5, cpu_time_s=5))
+    assert outcome.stdout == "spawned\n"
+    assert outcome.timed_out == parent_waits
+    assert _processes_with(marker) == []
+
+
+def test_extract_code_takes_the_last_fenced_block():
+    text = "```python\nx = 1\n```\nthen\n```\ny = 2\n```\n"
+    assert extract_code(text) == "y = 2\n"
+    assert extract_code("```py\nz = 3\n```") == "z = 3\n"
+    assert extract_code("no code here") is None
+    assert extract_code("```python\n\n```") is None
+    assert extract_code("print(1)", "whole") == "print(1)"
+
+
+ADD_TESTS = {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+
+
+def test_verify_code_tests_format():
+    completions = [
+        "```python\ndef add(a, b):\n    return a + b\n```",
+        "```python\ndef add(a, b):\n    return a - b\n```",
+        "I would add them.",
+        "```python\ndef add(a, b):\n    while True:\n        pass\n```",
+    ]
+    results = verify_code(completions, [ADD_TESTS] * 4, CodeSettings(limits=FAST))
+    assert [(r.score, r.status) for r in results] == [
+        (1.0, "pass"), (0.0, "fail"), (0.0, "unparsable"), (0.0, "timeout")]
+    assert "AssertionError" in results[1].detail
+
+
+def test_entry_point_check_is_not_appended_twice():
+    # The tests already call check(); appending another call would run it twice.
+    tests = "calls = []\ndef check(f):\n    calls.append(f)\n    assert len(calls) == 1 and f(1, 1) == 2\ncheck(add)\n"
+    code = "```python\ndef add(a, b):\n    return a + b\n```"
+    [result] = verify_code([code], [{"tests": tests, "entry_point": "add"}], CodeSettings(limits=FAST))
+    assert result.status == "pass"
+
+
+def test_verify_code_cases_format_scores_the_fraction_passed():
+    cases = [{"input": "1 2\n", "output": "3"},
+             {"input": "10   20\n", "output": " 30 \n"},   # whitespace-normalized compare
+             {"input": "-1 1\n", "output": "1"}]           # deliberately wrong expectation
+    code = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    [result] = verify_code([code], [{"cases": cases}], CodeSettings(limits=FAST))
+    assert result.score == pytest.approx(2 / 3) and result.status == "fail"
+    assert result.detail.startswith("2/3 cases passed; case 2: expected '1'")
+    [perfect] = verify_code([code], [{"cases": cases[:2]}], CodeSettings(limits=FAST))
+    assert perfect == VerifyResult(1.0, "pass", "2/2 cases passed")
+
+
+def test_bad_code_reference_is_named():
+    with pytest.raises(ValueError, match="reference 1: .*neither 'tests' nor 'cases'"):
+        verify_code(["x", "y"], [ADD_TESTS, {"test": "typo"}])
+
+
+def test_parallel_throughput():
+    # 16 trivial programs through 2 workers; each run costs ~0.1 s of process setup.
+    code = "```python\nprint(sum(map(int, input().split())))\n```"
+    references = [{"cases": [{"input": f"{i} {i}", "output": str(2 * i)}]} for i in range(16)]
+    start = time.monotonic()
+    results = verify_code([code] * 16, references, CodeSettings(limits=FAST), max_workers=2)
+    elapsed = time.monotonic() - start
+    print(f"\nsandbox throughput: {16 / elapsed:.1f} programs/s with 2 workers")
+    assert [r.status for r in results] == ["pass"] * 16
+    assert elapsed < 10

@@ -1,0 +1,67 @@
+"""verify_file: rows in, verdicts out, malformed rows quarantined with line number and reason."""
+
+import json
+
+import pytest
+
+from flows.verify_cmd import verify_file
+
+
+def _write(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def _read(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_math_file_with_malformed_rows(tmp_path):
+    source = tmp_path / "in.jsonl"
+    _write(source, [
+        json.dumps({"id": "a", "completion": r"\boxed{\frac12}", "reference": "0.5"}),
+        json.dumps({"id": "b", "completion": r"\boxed{3}", "reference": "4"}),
+        "{not json",
+        "",  # blank lines are skipped, not quarantined
+        json.dumps({"id": "c", "completion": "no answer"}),
+        json.dumps({"id": "d", "completion": "I give up", "reference": "7"}),
+        json.dumps(["a", "list"]),
+        json.dumps({"id": "e", "completion": r"\boxed{1}", "reference": {"x": 1}}),
+    ])
+    output = tmp_path / "out.jsonl"
+    counts = verify_file("math", source, output)
+
+    assert counts == {"pass": 1, "fail": 1, "unparsable": 1, "quarantined": 4}
+    rows = _read(output)
+    assert [(r["id"], r["status"], r["score"]) for r in rows] == [
+        ("a", "pass", 1.0), ("b", "fail", 0.0), ("d", "unparsable", 0.0)]
+    assert rows[0]["reference"] == "0.5" and rows[0]["detail"]
+    quarantined = _read(tmp_path / "out.quarantine.jsonl")
+    assert [q["line"] for q in quarantined] == [3, 5, 7, 8]
+    assert quarantined[0]["reason"].startswith("bad JSON") and quarantined[0]["raw"] == "{not json"
+    assert quarantined[1]["reason"] == "missing keys: reference"
+    assert quarantined[2]["reason"] == "row must be a JSON object, got list"
+    assert "string or number" in quarantined[3]["reason"]
+    assert not (tmp_path / "out.jsonl.tmp").exists()
+
+
+def test_code_file_and_stale_quarantine_removed(tmp_path):
+    source = tmp_path / "in.jsonl"
+    tests = {"tests": "assert double(4) == 8\n"}
+    _write(source, [
+        json.dumps({"id": 1, "completion": "```python\ndef double(x):\n    return 2 * x\n```",
+                    "reference": tests}),
+        json.dumps({"id": 2, "completion": "```python\nprint(input()[::-1])\n```",
+                    "reference": {"cases": [{"input": "abc", "output": "cba"}]}}),
+        json.dumps({"id": 3, "completion": "no code", "reference": tests}),
+    ])
+    output = tmp_path / "out.jsonl"
+    (tmp_path / "out.quarantine.jsonl").write_text("stale\n")
+    counts = verify_file("code", source, output)
+    assert counts == {"pass": 2, "unparsable": 1}
+    assert [r["status"] for r in _read(output)] == ["pass", "pass", "unparsable"]
+    assert not (tmp_path / "out.quarantine.jsonl").exists()
+
+
+def test_unknown_task_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="'chess'"):
+        verify_file("chess", tmp_path / "in.jsonl", tmp_path / "out.jsonl")
