@@ -1,0 +1,108 @@
+"""Rollout-correction weights, their stats, vllm_kl and perplexity on crafted ratios."""
+
+import math
+
+import pytest
+import torch
+
+from training.rl import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
+
+NAN = float("nan")
+# rho = pi_trainer / pi_rollout per token; NaN marks padding (mask 0), never read.
+RHO = torch.tensor(
+    [
+        [0.6, 3.0, NAN],  # prod 1.8,   geometric mean sqrt(1.8)    = 1.342
+        [3.0, 1.0, 1.0],  # prod 3.0,   geometric mean 3^(1/3)      = 1.442
+        [0.3, 1.0, NAN],  # prod 0.3,   geometric mean sqrt(0.3)    = 0.548
+        [0.25, 0.4, 0.25],  # prod 0.025, geometric mean 0.025^(1/3) = 0.292
+    ]
+)
+MASK = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]])
+
+
+def _weights(mode: str) -> torch.Tensor:
+    rollout_logp = torch.full_like(RHO, -2.0)
+    trainer_logp = (rollout_logp + RHO.log()).requires_grad_()
+    weights = importance_weights(trainer_logp, rollout_logp, MASK, mode=mode, threshold=2.0)
+    assert not weights.requires_grad
+    return weights
+
+
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("none", [[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]]),
+        # min(rho_t, 2)
+        ("token_tis", [[0.6, 2, 0], [2, 1, 1], [0.3, 1, 0], [0.25, 0.4, 0.25]]),
+        # rho_t kept only inside [0.5, 2]
+        ("token_mis", [[0.6, 0, 0], [0, 1, 1], [0, 1, 0], [0, 0, 0]]),
+        # min(prod, 2) on every response token of the row
+        ("seq_tis", [[1.8, 1.8, 0], [2, 2, 2], [0.3, 0.3, 0], [0.025, 0.025, 0.025]]),
+        # prod if prod <= 2 else 0
+        ("seq_mis", [[1.8, 1.8, 0], [0, 0, 0], [0.3, 0.3, 0], [0.025, 0.025, 0.025]]),
+        # 1 if the geometric mean is inside [0.5, 2] else 0
+        ("geo_mis", [[1, 1, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]]),
+    ],
+)
+def test_importance_weight_modes_on_crafted_ratios(mode, expected):
+    assert torch.allclose(_weights(mode), torch.tensor(expected, dtype=torch.float32), atol=1e-5)
+
+
+def test_token_mis_bounds_are_inclusive():
+    rho = torch.tensor([[2.0, 0.5, 2.0001, 0.4999]], dtype=torch.float64)
+    weights = importance_weights(rho.log(), torch.zeros_like(rho), torch.ones(1, 4), "token_mis", 2.0)
+    assert torch.allclose(weights, torch.tensor([[2.0, 0.5, 0.0, 0.0]], dtype=torch.float64))
+
+
+def test_long_sequences_do_not_overflow():
+    num_tokens = 4000
+    mask = torch.ones(2, num_tokens)
+    # Row 0: log rho = +0.05 per token -> prod = e^200, beyond float32 (max ~3.4e38 = e^88.7);
+    # geometric mean e^0.05 = 1.05. Row 1: log rho = -0.05 -> prod e^-200 = 0 in float32.
+    log_rho = torch.tensor([[0.05], [-0.05]]).expand(2, num_tokens)
+    assert torch.isinf(torch.exp(log_rho[0].sum()))  # the naive product overflows
+    rollout_logp = torch.full((2, num_tokens), -1.0)
+    trainer_logp = rollout_logp + log_rho
+    seq_tis = importance_weights(trainer_logp, rollout_logp, mask, "seq_tis", 2.0)
+    assert torch.equal(seq_tis[0], torch.full((num_tokens,), 2.0))  # capped at C, not inf
+    assert torch.equal(seq_tis[1], torch.zeros(num_tokens))
+    seq_mis = importance_weights(trainer_logp, rollout_logp, mask, "seq_mis", 2.0)
+    assert torch.equal(seq_mis, torch.zeros(2, num_tokens))  # rejected row is 0, not NaN
+    geo_mis = importance_weights(trainer_logp, rollout_logp, mask, "geo_mis", 2.0)
+    assert torch.equal(geo_mis, torch.ones(2, num_tokens))  # per-token drift is small: kept
+
+
+def test_bad_mode_and_threshold_are_refused():
+    with pytest.raises(ValueError, match="'seq'"):
+        importance_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), "seq", 2.0)
+    with pytest.raises(ValueError, match="threshold"):
+        importance_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), "seq_mis", 0.5)
+
+
+def test_mismatch_stats_for_seq_mis():
+    rollout_logp = torch.full_like(RHO, -2.0)
+    trainer_logp = rollout_logp + RHO.log()
+    weights = importance_weights(trainer_logp, rollout_logp, MASK, "seq_mis", 2.0)
+    stats = mismatch_stats(trainer_logp, rollout_logp, MASK, weights)
+    # 10 response tokens; row 1 (3 tokens) rejected. rho sum = 3.6 + 5 + 1.3 + 0.9 = 10.8.
+    # weight sum = 1.8*2 + 0.3*2 + 0.025*3 = 4.275.
+    assert stats == pytest.approx(
+        {"masked_token_frac": 0.3, "masked_seq_frac": 0.25, "ratio_max": 3.0, "ratio_mean": 1.08,
+         "weight_mean": 0.4275},
+        abs=1e-6,
+    )
+
+
+def test_mismatch_kl_by_hand():
+    rollout_logp = torch.tensor([[-1.0, -1.0, -1.0, -1.0]])
+    trainer_logp = rollout_logp + torch.tensor([[math.log(2), 0.0, -math.log(2), 5.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    # exp(d) - d - 1: d = ln 2 -> 1 - ln 2 = 0.306853; d = 0 -> 0; d = -ln 2 -> ln 2 - 0.5 =
+    # 0.193147; the masked 4th token is ignored. Sum 0.5, mean 1/6.
+    assert mismatch_kl(trainer_logp, rollout_logp, mask) == pytest.approx(1 / 6, abs=1e-6)
+
+
+def test_response_perplexity_by_hand():
+    logp = torch.tensor([[math.log(0.5), math.log(0.25), NAN]])
+    # exp(-(ln 0.5 + ln 0.25) / 2) = exp(ln 8 / 2) = sqrt(8)
+    assert response_perplexity(logp, torch.tensor([[1, 1, 0]])) == pytest.approx(math.sqrt(8), abs=1e-5)
