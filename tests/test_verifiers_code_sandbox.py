@@ -15,7 +15,7 @@ import pytest
 
 from curation.verifiers import CodeSettings, VerifyResult, verify_code
 from curation.verifiers.code import extract_code
-from curation.verifiers.sandbox import SandboxLimits, run_python
+from curation.verifiers.sandbox import SandboxError, SandboxLimits, run_python
 
 FAST = SandboxLimits(wall_timeout_s=2.0, cpu_time_s=2)
 
@@ -27,6 +27,16 @@ def run(source: str, limits: SandboxLimits = FAST, stdin: str = ""):
 def test_plain_program_runs_with_stdin():
     outcome = run("print(int(input()) * 2)", stdin="21\n")
     assert (outcome.returncode, outcome.stdout, outcome.timed_out) == (0, "42\n", False)
+
+
+def test_missing_interpreter_is_a_sandbox_error_not_a_failed_program():
+    with pytest.raises(SandboxError, match="no-such-python"):
+        run_python("print(1)", limits=SandboxLimits(python_executable="no-such-python"))
+
+
+def test_zero_limits_are_refused():
+    with pytest.raises(ValueError, match="work_dir_bytes"):
+        SandboxLimits(work_dir_bytes=0)
 
 
 def test_infinite_loop_is_killed_at_the_deadline():

@@ -65,3 +65,16 @@ def test_code_file_and_stale_quarantine_removed(tmp_path):
 def test_unknown_task_is_refused(tmp_path):
     with pytest.raises(ValueError, match="'chess'"):
         verify_file("chess", tmp_path / "in.jsonl", tmp_path / "out.jsonl")
+
+
+def test_ifeval_file_goes_through_the_dispatcher(tmp_path):
+    source = tmp_path / "in.jsonl"
+    lowercase = {"instructions": [{"id": "change_case:english_lowercase", "kwargs": {}}]}
+    _write(source, [
+        json.dumps({"id": "x", "completion": "all quiet here", "reference": lowercase}),
+        json.dumps({"id": "y", "completion": "Not Quiet", "reference": lowercase}),
+        json.dumps({"id": "z", "completion": "fine", "reference": {"instructions": "lowercase"}}),
+    ])
+    counts = verify_file("ifeval", source, tmp_path / "out.jsonl")
+    assert counts == {"pass": 1, "fail": 1, "quarantined": 1}
+    assert [r["status"] for r in _read(tmp_path / "out.jsonl")] == ["pass", "fail"]

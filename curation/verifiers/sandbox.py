@@ -89,6 +89,13 @@ class SandboxLimits:
     python_executable: str = "python3"
     """Interpreter, found on the sandbox PATH; must be readable by an unprivileged uid."""
 
+    def __post_init__(self) -> None:
+        # 0 would mean "unlimited" to tmpfs and to some rlimits: refuse it rather than open up.
+        for name in ("wall_timeout_s", "cpu_time_s", "memory_bytes", "max_processes",
+                     "max_file_bytes", "work_dir_bytes", "max_output_bytes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
+
 
 @dataclass(frozen=True)
 class SandboxOutcome:
@@ -115,6 +122,8 @@ def run_python(source: str, stdin: str = "", limits: SandboxLimits = SandboxLimi
             "the code sandbox needs root (network/PID/mount namespaces and a uid switch); "
             "run the verifier as root, e.g. in its container"
         )
+    if shutil.which(limits.python_executable, path=_ENV["PATH"]) is None:
+        raise SandboxError(f"{limits.python_executable!r} not found on the sandbox PATH {_ENV['PATH']}")
     with _uid_lock:
         uid = _FIRST_UID + next(_uid_counter) % _NUM_UIDS
     run_dir = Path(tempfile.mkdtemp(prefix="passband-sandbox-"))  # mode 0700, root's
