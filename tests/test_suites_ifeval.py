@@ -2,6 +2,7 @@
 constraint pools that keep apart what clashes, and prompts that state each constraint."""
 
 import itertools
+import json
 
 import pytest
 
@@ -92,25 +93,76 @@ def test_word_pool_is_disjoint_from_topics_tasks_and_phrases():
     assert [word for word in WORDS if word in fixed_text] == []
 
 
-def _easy_response(instructions: list[dict]) -> str:
-    """A response built to meet any combination of the easy constraints."""
-    kwargs = {i["id"]: i["kwargs"] for i in instructions}
-    start = kwargs.get("startend:start_checker", {}).get("start_phrase", "Well")
-    end = kwargs.get("startend:end_checker", {}).get("end_phrase", "Bye.")
-    keyword = kwargs.get("keywords:existence", {}).get("keywords", ["nothing"])[0]
-    sentences = kwargs.get("length_constraints:number_sentences")
-    extra = ""
+def _any_response(instructions: list[dict]) -> str:
+    """A response built to meet any combination the suite draws (three at most)."""
+    k = {i["id"]: i["kwargs"] for i in instructions}
+    body = ["we talk about it"]
+    body += k.get("keywords:existence", {}).get("keywords", [])
+    frequency = k.get("keywords:frequency")
+    if frequency and frequency["relation"] == "at least":
+        body += [frequency["keyword"]] * frequency["frequency"]
+    if "keywords:letter_frequency" in k:
+        body.append(k["keywords:letter_frequency"]["letter"] * 8)
+    capitals = k.get("change_case:capital_word_frequency")
+    if capitals and capitals["capital_relation"] == "at least":
+        body += ["NASA"] * capitals["capital_frequency"]
+    body += [f"*part{n}*" for n in range(k.get(
+        "detectable_format:number_highlighted_sections", {}).get("num_highlights", 0))]
+    body += [f"[slot{n}]" for n in range(k.get(
+        "detectable_content:number_placeholders", {}).get("num_placeholders", 0))]
+    if "detectable_format:title" in k:
+        body.append("<<my title>>")
+    if "detectable_format:constrained_response" in k:
+        body.append("My answer is yes.")
+    text = " ".join(body)
+    sentences = k.get("length_constraints:number_sentences")
     if sentences and sentences["relation"] == "at least":
-        extra = " ".join(f"Line {n} is here." for n in range(sentences["num_sentences"]))
-    # Without `extra` this is one sentence (the end phrase closes it): below every
-    # "fewer than N" bound the suite draws (N >= 2).
-    return f"{start} we talk about {keyword} {extra} {end}"
+        text += " " + " ".join(f"Line {n} is here." for n in range(sentences["num_sentences"]))
+    words = k.get("length_constraints:number_words")
+    if words and words["relation"] == "at least":
+        text += " more" * words["num_words"]
+    if "detectable_format:json_format" in k:
+        text = json.dumps({"answer": text})
+    if "detectable_format:number_bullet_lists" in k:
+        text += "".join(f"\n* item {n}" for n in range(k[
+            "detectable_format:number_bullet_lists"]["num_bullets"]))
+    if "detectable_format:multiple_sections" in k:
+        marker = k["detectable_format:multiple_sections"]["section_spliter"]
+        text = " ".join(f"{marker} {n} {text}" for n in range(
+            1, k["detectable_format:multiple_sections"]["num_sections"] + 1))
+    if "length_constraints:number_paragraphs" in k:
+        count = k["length_constraints:number_paragraphs"]["num_paragraphs"]
+        text = "\n***\n".join([text] + ["another part"] * (count - 1))
+    if "length_constraints:nth_paragraph_first_word" in k:
+        spec = k["length_constraints:nth_paragraph_first_word"]
+        paragraphs = [text] + ["another part"] * (spec["num_paragraphs"] - 1)
+        nth = spec["nth_paragraph"] - 1
+        paragraphs[nth] = f"{spec['first_word']} {paragraphs[nth]}"
+        text = "\n\n".join(paragraphs)
+    if "combination:two_responses" in k:
+        text += "\n******\nanother answer"
+    if "combination:repeat_prompt" in k:
+        text = k["combination:repeat_prompt"]["prompt_to_repeat"] + " " + text
+    if "detectable_content:postscript" in k:
+        text += " " + k["detectable_content:postscript"]["postscript_marker"] + " note"
+    if "startend:start_checker" in k:
+        text = k["startend:start_checker"]["start_phrase"] + " " + text
+    if "startend:end_checker" in k:
+        text += " " + k["startend:end_checker"]["end_phrase"]
+    if "change_case:english_capital" in k:
+        text = text.upper()
+    if "change_case:english_lowercase" in k:
+        text = text.lower()
+    if "startend:quotation" in k:
+        text = f'"{text}"'
+    return text
 
 
-def test_easy_references_are_satisfiable():
-    for row in generate_ifeval(200, seed=5, difficulty="easy"):
+@pytest.mark.parametrize("difficulty", ["easy", "hard", "mixed"])
+def test_every_generated_reference_is_satisfiable(difficulty):
+    for row in generate_ifeval(300, seed=5, difficulty=difficulty):
         instructions = row["reference"]["instructions"]
-        response = _easy_response(instructions)
+        response = _any_response(instructions)
         assert check_instructions(response, instructions) == [True] * len(instructions), (
             row["prompt"], response)
 

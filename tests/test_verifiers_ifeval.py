@@ -42,7 +42,8 @@ def test_count_words_counts_word_character_runs():
         ("J. R. R. Tolkien wrote books. He died.", 2),
         ('She said "hi." Then left.', 2),
         ("Wait... what?! Really.", 3),
-        ("Heading\n\n- item one\n- item two", 2),  # blank line ends a sentence
+        ("Heading\n\n- item one\n- item two", 1),  # as punkt: no punctuation, no end
+        ("Bye now. P.S. see you soon.", 2),  # "P.S." is not a sentence end
         ("...", 0),
         ("", 0),
         ("e.g. this is one sentence.", 1),

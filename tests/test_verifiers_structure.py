@@ -33,7 +33,8 @@ def test_sections_present_in_order_and_non_empty():
 
 
 def test_final_answer_modes():
-    assert check_final_answer("so \\boxed{\\frac{1}{2}}", "boxed") == (True, "boxed: '\\\\frac{1}{2}'")
+    ok, reason = check_final_answer("so \\boxed{\\frac{1}{2}}", "boxed")
+    assert ok and reason == "boxed: '\\\\frac{1}{2}'"
     assert not check_final_answer("so \\boxed{}", "boxed")[0]
     assert not check_final_answer("so \\boxed{12", "boxed")[0]  # truncated inside the box
     assert not check_final_answer("the answer is 12", "boxed")[0]

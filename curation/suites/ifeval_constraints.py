@@ -198,7 +198,10 @@ def make_instruction(
         return ({"num_words": count, "relation": relation},
                 f"Answer with {_relation_text(relation, count)} words.")
     if instruction_id == "length_constraints:number_sentences":
-        relation, count = rng.choice(RELATIONS), rng.randint(2, 5)
+        # "Fewer than" starts at 4: the end phrase, a repeated request and "My answer is
+        # yes." each close a sentence of their own, and a row may hold all three.
+        relation = rng.choice(RELATIONS)
+        count = rng.randint(4, 6) if relation == "less than" else rng.randint(2, 5)
         return ({"num_sentences": count, "relation": relation},
                 f"Answer in {_relation_text(relation, count)} sentences.")
     if instruction_id == "length_constraints:number_paragraphs":

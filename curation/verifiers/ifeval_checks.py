@@ -22,12 +22,12 @@ CONSTRAINED_RESPONSE_OPTIONS = ("My answer is yes.", "My answer is no.", "My ans
 
 # Words ending in "." that do not end a sentence (lowercase, without the dot).
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc e.g i.e a.m p.m u.s u.k no fig approx inc ltd co".split()
+    "mr mrs ms dr prof sr jr st vs etc e.g i.e a.m p.m u.s u.k no fig approx inc ltd co "
+    "p.s p.p.s".split()
 )
 # A sentence ends at . ! ? (any run, e.g. "?!" or "..."), optionally followed by closing
-# quotes/brackets, then whitespace; or at a blank line (a paragraph break ends a sentence
-# even without punctuation: bullet items, headings).
-_SENTENCE_END = re.compile(r"([.!?]+[\"')\]]*)\s+|\n\s*\n")
+# quotes/brackets, then whitespace. Like punkt, a blank line alone does not end one.
+_SENTENCE_END = re.compile(r"([.!?]+[\"')\]]*)\s+")
 
 
 def compare(count: int, relation: str, threshold: int) -> bool:
@@ -53,8 +53,7 @@ def split_sentences(text: str) -> list[str]:
     sentences: list[str] = []
     start = 0
     for match in _SENTENCE_END.finditer(text):
-        piece_end = match.end(1) if match.group(1) else match.start()
-        candidate = text[start:piece_end]
+        candidate = text[start:match.end(1)]
         if match.group(1) == "." and _ends_with_abbreviation(candidate[:-1]):
             continue
         sentences.append(candidate)
