@@ -117,3 +117,19 @@ def test_reward_penalty_sums_k1_over_response_tokens_detached():
     penalty = kl_reward_penalty(logp, ref_logp, mask, coef=2.0)
     assert torch.allclose(penalty, torch.tensor([-1.0, 0.2]))
     assert not penalty.requires_grad
+
+
+def test_kl_loss_by_hand_with_padding_and_behaviour_weights():
+    nan = float("nan")
+    logp = torch.tensor([[-1.0, -2.0, nan], [-0.5, nan, nan]], requires_grad=True)
+    ref_logp = torch.tensor([[-1.5, -1.0, nan], [-0.5, nan, nan]])
+    behaviour_logp = torch.tensor([[-1.0 - math.log(2.0), -2.0, nan], [-0.5, nan, nan]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    # l = 0.5, -1.0, 0.0 -> k2 = 0.125, 0.5, 0; weights pi/mu = 2, 1, 1.
+    # token_mean: (2 * 0.125 + 0.5 + 0) / 3 = 0.25; times coef 0.4 = 0.1.
+    loss = kl_loss(logp, ref_logp, mask, coef=0.4, estimator="k2", behaviour_logp=behaviour_logp)
+    assert loss.item() == pytest.approx(0.1)
+    loss.backward()
+    # d/dlogp = coef * w * l / 3: 0.4*2*0.5/3 = 0.133333, 0.4*1*(-1)/3 = -0.133333, 0; padding 0.
+    expected = torch.tensor([[0.4 / 3, -0.4 / 3, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.allclose(logp.grad, expected, atol=1e-6)

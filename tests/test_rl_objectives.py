@@ -101,12 +101,17 @@ def test_aggregations_by_hand():
 
 def test_weights_multiply_per_token_loss_and_are_detached():
     logp, old_logp, advantages, mask = _on_policy_batch()
-    weights = torch.tensor([[2.0, 0.0, 1.0], [0.5, 9.0, 9.0], [9.0, 9.0, 9.0]], requires_grad=True)
+    nan = float("nan")
+    weights = torch.tensor([[2.0, 0.0, 1.0], [0.5, nan, nan], [nan, nan, nan]], requires_grad=True)
     # token_mean: (-1*2 - 1*0 - 1*1 + 2*0.5) / 4 = -0.5 (weights on masked positions unused).
-    loss, _ = policy_loss(logp.requires_grad_(), old_logp, advantages, mask, weights=weights)
+    logp.requires_grad_()
+    loss, _ = policy_loss(logp, old_logp, advantages, mask, weights=weights)
     assert loss.item() == pytest.approx(-0.5)
     loss.backward()
     assert weights.grad is None
+    # d/dlogp of w_t * (-r_t A) at r = 1: -w_t A / 4 -> row 0: -0.5, 0, -0.25; row 1: 2*0.5/4.
+    expected = torch.tensor([[-0.5, 0.0, -0.25], [0.25, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.allclose(logp.grad, expected)
 
 
 def test_unknown_level_is_refused():

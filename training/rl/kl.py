@@ -102,9 +102,13 @@ def kl_loss(
     Raises ValueError for k1 (see `check_kl_placement`); warns for k3.
     """
     check_kl_placement("loss", estimator)
-    per_token = kl_estimate(logp, ref_logp.detach(), estimator)  # [B, T]
+    is_response = mask > 0
+    zeros = torch.zeros_like(logp)
+    # Zero the padding BEFORE the estimator: a NaN there would turn its backward (0 * NaN) into
+    # NaN gradients even though the aggregate never reads those positions.
+    logp = torch.where(is_response, logp, zeros)
+    per_token = kl_estimate(logp, torch.where(is_response, ref_logp.detach(), zeros), estimator)  # [B, T]
     if behaviour_logp is not None:
-        is_response = mask > 0
-        log_weight = torch.where(is_response, logp.detach() - behaviour_logp, torch.zeros_like(logp))
+        log_weight = torch.where(is_response, logp.detach() - behaviour_logp, zeros)
         per_token = per_token * torch.exp(log_weight)
     return coef * masked_aggregate(per_token, mask, aggregation, max_tokens)

@@ -98,7 +98,8 @@ def policy_loss(
     clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     per_token = -torch.minimum(ratio * advantages, clipped_ratio * advantages)
     if weights is not None:
-        per_token = per_token * weights.detach()
+        # Padding weights are never read, even in backward (0 * NaN would be NaN).
+        per_token = per_token * torch.where(mask > 0, weights.detach(), torch.zeros_like(per_token))
     loss = masked_aggregate(per_token, mask, aggregation, max_tokens)
 
     with torch.no_grad():
