@@ -1,0 +1,59 @@
+"""The procedural code suite: seeded function-writing problems with HumanEval-style tests.
+
+`draw_code_problems` returns the problems with their private solutions (for tests and
+sanity checks); `generate_code` turns them into rows whose reference is
+`{"tests": ..., "entry_point": ...}` and never contains a solution.
+"""
+
+import random
+
+from curation.suites.code_catalog_advanced import DIFFICULTY_2, DIFFICULTY_3
+from curation.suites.code_catalog_basic import DIFFICULTY_0, DIFFICULTY_1
+from curation.suites.code_problem import CodeProblem, render_prompt, render_tests
+
+MAKERS_BY_DIFFICULTY = (DIFFICULTY_0, DIFFICULTY_1, DIFFICULTY_2, DIFFICULTY_3)
+MAX_DIFFICULTY = len(MAKERS_BY_DIFFICULTY) - 1
+# Consecutive duplicate draws after which a difficulty counts as exhausted.
+MAX_DUPLICATE_DRAWS = 500
+
+
+def draw_code_problems(num_problems: int, seed: int, difficulty: int = 0) -> list[CodeProblem]:
+    """`num_problems` problems with distinct prompts, drawn uniformly over the difficulty's makers.
+
+    Raises ValueError when the difficulty has fewer distinct prompts than requested.
+    """
+    if not 0 <= difficulty <= MAX_DIFFICULTY:
+        raise ValueError(f"difficulty must be in 0..{MAX_DIFFICULTY}, got {difficulty}")
+    if num_problems < 0:
+        raise ValueError(f"num_problems must be >= 0, got {num_problems}")
+    makers = MAKERS_BY_DIFFICULTY[difficulty]
+    rng = random.Random(f"code:{difficulty}:{seed}")
+    seen_prompts: set[str] = set()
+    problems = []
+    for _ in range(num_problems):
+        for _ in range(MAX_DUPLICATE_DRAWS):
+            problem = rng.choice(makers)(rng)
+            if render_prompt(problem) not in seen_prompts:
+                break
+        else:
+            raise ValueError(f"code difficulty {difficulty} ran out of distinct problems after "
+                             f"{len(problems)}; ask for fewer problems or another difficulty")
+        seen_prompts.add(render_prompt(problem))
+        problems.append(problem)
+    return problems
+
+
+def generate_code(num_problems: int, seed: int, difficulty: int = 0) -> list[dict]:
+    """Rows for `draw_code_problems(num_problems, seed, difficulty)`, in the same order."""
+    return [
+        {
+            "id": f"code-{problem.topic}-d{difficulty}-s{seed}-{i}",
+            "task": "code",
+            "subdomain": problem.topic,
+            "prompt": render_prompt(problem),
+            "reference": {"tests": render_tests(problem), "entry_point": problem.entry_point},
+            "source": f"procedural-code-d{difficulty}",
+            "difficulty": difficulty,
+        }
+        for i, problem in enumerate(draw_code_problems(num_problems, seed, difficulty))
+    ]
