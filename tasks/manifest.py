@@ -80,7 +80,8 @@ def list_files(local_dir: Path) -> list[tuple[str, Path]]:
     if not files:
         raise ValueError(f"artifact source {local_dir} holds no files")
     if any(relative == MANIFEST_NAME for relative, _ in files):
-        raise ValueError(f"artifact source {local_dir} holds a {MANIFEST_NAME}; that name is reserved")
+        raise ValueError(
+            f"artifact source {local_dir} holds a {MANIFEST_NAME}; that name is reserved")
     return files
 
 
@@ -143,7 +144,8 @@ def verify_files(manifest: dict[str, Any], directory: Path, where: str) -> None:
     for relative, expected in manifest["files"].items():
         path = directory / relative
         if not path.is_file():
-            raise CorruptArtifactError(f"{where}: file {relative} listed in the manifest is missing")
+            raise CorruptArtifactError(
+                f"{where}: file {relative} listed in the manifest is missing")
         actual = hash_file(path)
         if actual != expected:
             raise CorruptArtifactError(

@@ -26,7 +26,8 @@ __all__ = ["ArtifactNotFound", "ArtifactStore", "CorruptArtifactError", "code_ve
 
 
 class ArtifactStore(Protocol):
-    """Keys are '/'-separated, like "datasets/curate/<hash>" or "checkpoints/sft/<run>/step-000100"."""
+    """Stores artifacts by key: '/'-separated, like "datasets/curate/<hash>" or
+    "checkpoints/sft/<run>/step-000100"."""
 
     def commit(self, key: str, local_dir: Path, *, flow: str, config: dict[str, Any],
                code_version: str, extra: dict[str, Any] | None = None) -> str:
@@ -47,7 +48,7 @@ class ArtifactStore(Protocol):
         ...
 
     def manifest(self, key: str) -> dict[str, Any]:
-        """The manifest of `key` (files, flow, config, config_hash, code_version, created, extra)."""
+        """The manifest of `key`: files, flow, config, config_hash, code_version, created, extra."""
         ...
 
     def uri(self, key: str) -> str:
@@ -62,25 +63,29 @@ def open_store(root_uri: str | None = None, settings: StackSettings | None = Non
     parsed = urlparse(root_uri)
     if parsed.scheme == "s3":
         if not parsed.netloc:
-            raise ValueError(f"artifact root {root_uri}: an S3 root needs a bucket, s3://bucket/prefix")
+            raise ValueError(
+                f"artifact root {root_uri}: an S3 root needs a bucket, s3://bucket/prefix")
         from tasks.store_s3 import S3Store
 
         return S3Store(parsed.netloc, parsed.path.strip("/"), endpoint_url=settings.s3_endpoint_url,
                        cache_dir=settings.cache_dir)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise ValueError(f"artifact root {root_uri}: a file URI needs an absolute path, file:///...")
+            raise ValueError(
+                f"artifact root {root_uri}: a file URI needs an absolute path, file:///...")
         from tasks.store_local import LocalStore
 
         return LocalStore(Path(unquote(parsed.path) or "/"))
     if "://" in root_uri:
-        raise ValueError(f"artifact root {root_uri}: use file:///abs/path, a plain path or s3://bucket/prefix")
+        raise ValueError(
+            f"artifact root {root_uri}: use file:///abs/path, a plain path or s3://bucket/prefix")
     from tasks.store_local import LocalStore
 
     return LocalStore(Path(root_uri).expanduser().resolve())
 
 
-def fetch_artifact(uri: str, dest: Path | None = None, settings: StackSettings | None = None) -> Path:
+def fetch_artifact(uri: str, dest: Path | None = None,
+                   settings: StackSettings | None = None) -> Path:
     """Fetch the artifact at a full URI (or absolute path), under any root: it is self-contained."""
     if "://" not in uri and not uri.startswith("/"):
         raise ValueError(f"fetch_artifact needs a full URI or an absolute path, got {uri!r}")

@@ -35,7 +35,8 @@ DELETE_BATCH = 1000  # the most keys one DeleteObjects request accepts
 class S3Store:
     """Artifacts under `s3://<bucket>/<prefix>`; credentials from the usual AWS env vars/files."""
 
-    def __init__(self, bucket: str, prefix: str, *, endpoint_url: str | None, cache_dir: Path) -> None:
+    def __init__(self, bucket: str, prefix: str, *, endpoint_url: str | None,
+                 cache_dir: Path) -> None:
         import boto3
 
         self.bucket = bucket
@@ -73,7 +74,8 @@ class S3Store:
         files = {}
         for relative, source in list_files(local_dir):
             files[relative] = hash_file(source)
-            self._client.upload_file(str(source), self.bucket, self._object_key(key, version, relative))
+            self._client.upload_file(str(source), self.bucket,
+                                     self._object_key(key, version, relative))
         previous = self._manifest_or_none(key)
         manifest = build_manifest(key=key, version=version, files=files, flow=flow, config=config,
                                   code_version=code_version, extra=extra)
@@ -120,8 +122,10 @@ class S3Store:
                 ) from error
 
     def _delete_prefix(self, prefix: str) -> None:
-        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        paginator = self._client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(Bucket=self.bucket, Prefix=prefix)
         object_keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
         for start in range(0, len(object_keys), DELETE_BATCH):
-            batch = [{"Key": object_key} for object_key in object_keys[start : start + DELETE_BATCH]]
-            self._client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+            batch = [{"Key": key} for key in object_keys[start : start + DELETE_BATCH]]
+            self._client.delete_objects(Bucket=self.bucket,
+                                        Delete={"Objects": batch, "Quiet": True})

@@ -1,0 +1,137 @@
+"""The MLflow layer against a real MLflow on a temporary SQLite file, read back via MlflowClient."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import matplotlib
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tasks import tracking
+from tasks.settings import StackSettings
+
+matplotlib.use("Agg")
+
+CONFIG = {
+    "flow": "sft",
+    "model": {"name": "smollm2-135m-instruct", "dtype": "float32"},
+    "sft": {"lr": 1e-4, "stages": [{"len": 256}, {"len": 512}], "extra": {}},
+    "notes": "x" * 7000,  # over MLflow's 6000-character param limit
+}
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> StackSettings:
+    # One database for the file: creating an MLflow SQLite schema takes seconds.
+    home = tmp_path_factory.mktemp("passband-home")
+    settings = StackSettings.from_env({"PASSBAND_HOME": str(home),
+                                       "PASSBAND_EXPERIMENT": "passband-test"})
+    tracking.configure(settings)
+    return settings
+
+
+def test_flatten_params_by_hand() -> None:
+    assert tracking.flatten_params(CONFIG, max_value_length=10) == {
+        "flow": "sft",
+        "model.name": "smollm2-13",
+        "model.dtype": "float32",
+        "sft.lr": "0.0001",
+        "sft.stages": '[{"len": 2',
+        "sft.extra": "{}",
+        "notes": "x" * 10,
+    }
+
+
+def test_parent_and_nested_runs_with_config_metrics_dataset_and_figure(
+        settings: StackSettings, tmp_path: Path) -> None:
+    from matplotlib.figure import Figure
+    from mlflow import MlflowClient
+
+    samples = pa.table({"prompt_id": [0, 0, 1], "text": ["a", "bb", "ccc"],
+                        "token_ids": [[1], [2, 3], [4, 5, 6]]})
+    pq.write_table(samples, tmp_path / "samples.parquet")
+    figure = Figure()
+    figure.add_subplot().plot([0, 1], [1, 0])
+
+    with tracking.start_run("pipeline", tags={"preset": "smoke"}) as parent_id:
+        tracking.log_config(CONFIG)
+        with tracking.start_run("sft", nested=True) as child_id:
+            tracking.log_metrics({"train/loss": 2.5, "train/lr": 1e-4}, step=1)
+            tracking.log_metrics({"train/loss": 1.5}, step=2)
+            tracking.log_dataset("file:///data/samples", "samples", "training", samples)
+            tracking.log_figure(figure, "plots/loss.png")
+        tracking.log_dataset("s3://bucket/eval", "eval", "eval", tmp_path / "samples.parquet")
+        tracking.log_artifact_file(tmp_path / "samples.parquet", "outputs")
+
+    client = MlflowClient()
+    parent, child = client.get_run(parent_id), client.get_run(child_id)
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.name == "passband-test"
+    assert experiment.artifact_location == (settings.home / "mlflow-artifacts").as_uri()
+    assert child.data.tags["mlflow.parentRunId"] == parent_id
+    assert parent.data.tags["preset"] == "smoke"
+    assert (parent.info.status, child.info.status) == ("FINISHED", "FINISHED")
+
+    params = parent.data.params
+    assert params["model.name"] == "smollm2-135m-instruct"
+    assert params["sft.stages"] == '[{"len": 256}, {"len": 512}]'
+    assert params["sft.lr"] == "0.0001"
+    assert params["notes"] == "x" * 6000
+    config_file = client.download_artifacts(parent_id, "config.json", str(tmp_path / "dl"))
+    assert json.loads(Path(config_file).read_text()) == CONFIG
+
+    history = client.get_metric_history(child_id, "train/loss")
+    assert [(m.step, m.value) for m in history] == [(1, 2.5), (2, 1.5)]
+    assert client.get_metric_history(child_id, "train/lr")[0].step == 1
+
+    (child_input,) = child.inputs.dataset_inputs
+    assert child_input.dataset.name == "samples"
+    assert json.loads(child_input.dataset.source) == {"uri": "file:///data/samples"}
+    assert json.loads(child_input.dataset.profile)["num_rows"] == 3
+    assert {tag.key: tag.value for tag in child_input.tags} == {"mlflow.data.context": "training"}
+    (parent_input,) = parent.inputs.dataset_inputs
+    assert json.loads(parent_input.dataset.source) == {"uri": "s3://bucket/eval"}
+
+    child_artifacts = [a.path for a in client.list_artifacts(child_id, "plots")]
+    assert child_artifacts == ["plots/loss.png"]
+    assert [a.path for a in client.list_artifacts(parent_id, "outputs")] == ["outputs/samples.parquet"]
+
+
+def test_failed_run_is_marked_failed(settings: StackSettings) -> None:
+    from mlflow import MlflowClient
+
+    with pytest.raises(ZeroDivisionError):
+        with tracking.start_run("broken") as run_id:
+            1 / 0
+    assert MlflowClient().get_run(run_id).info.status == "FAILED"
+
+
+def test_worker_thread_needs_run_id_and_can_nest_under_parent(settings: StackSettings) -> None:
+    """Prefect runs tasks in threads, which do not see the flow thread's active run."""
+    from mlflow import MlflowClient
+
+    errors: list[Exception] = []
+    child_ids: list[str] = []
+
+    def task(parent_id: str) -> None:
+        try:
+            tracking.log_metrics({"x": 1.0}, step=0)
+        except RuntimeError as error:
+            errors.append(error)
+        tracking.log_metrics({"x": 2.0}, step=3, run_id=parent_id)
+        with tracking.start_run("stage", parent_run_id=parent_id) as child_id:
+            child_ids.append(child_id)
+
+    with tracking.start_run("flow") as parent_id:
+        worker = threading.Thread(target=task, args=(parent_id,))
+        worker.start()
+        worker.join()
+
+    assert "no active MLflow run in this thread" in str(errors[0])
+    client = MlflowClient()
+    assert [(m.step, m.value) for m in client.get_metric_history(parent_id, "x")] == [(3, 2.0)]
+    assert client.get_run(child_ids[0]).data.tags["mlflow.parentRunId"] == parent_id
