@@ -1,0 +1,132 @@
+"""Training checkpoints in a local directory: everything needed to continue bit-for-bit.
+
+Layout of one checkpoint directory:
+  model.safetensors (+ config.json, generation_config.json)  save_pretrained, loadable by HF and vLLM
+  tokenizer files                                             tokenizer.save_pretrained
+  optimizer.pt          optimizer.state_dict() (AdamW moments and step counts)
+  rng.pt                torch / python / numpy (and CUDA when present) RNG states
+  trainer_state.json    step, data cursor (epoch, cursor), stage name, seed, data fingerprint
+The learning-rate schedule is a pure function of the step (training/sft/schedule.py), so the step
+is the scheduler state. The directory is written under a temporary name and renamed when complete,
+so a crash never leaves a half-written checkpoint under the final name; committing it to the
+artifact store (manifest last) is the tasks layer's job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+
+@dataclass
+class LoadedCheckpoint:
+    """The contents of a checkpoint directory, not yet applied to any model or optimizer."""
+
+    path: Path
+    model_state: dict[str, torch.Tensor]
+    optimizer_state: dict[str, Any]
+    rng_state: dict[str, Any]
+    trainer_state: dict[str, Any]
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """RNG states as tensors and plain Python values (loadable with torch.load(weights_only=True))."""
+    bit_generator, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": bit_generator,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "cached_gaussian": cached_gaussian,
+        },
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `capture_rng_state`."""
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy_state = state["numpy"]
+    np.random.set_state(
+        (
+            numpy_state["bit_generator"],
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["pos"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    out_dir: Path,
+    name: str,
+    model: Any,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+) -> Path:
+    """Write checkpoint `out_dir/name` (replacing one of that name) and return its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / name
+    partial = out_dir / f".{name}.partial"
+    if partial.exists():
+        shutil.rmtree(partial)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    torch.save(optimizer.state_dict(), partial / "optimizer.pt")
+    torch.save(capture_rng_state(), partial / "rng.pt")
+    (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2, sort_keys=True))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    return final
+
+
+def load_checkpoint(path: Path) -> LoadedCheckpoint:
+    """Read a checkpoint directory written by `save_checkpoint`."""
+    weight_files = sorted(path.glob("*.safetensors"))
+    if not weight_files:
+        raise ValueError(f"{path} has no *.safetensors weights; not a checkpoint")
+    model_state: dict[str, torch.Tensor] = {}
+    for weight_file in weight_files:
+        model_state.update(load_file(weight_file))
+    return LoadedCheckpoint(
+        path=path,
+        model_state=model_state,
+        optimizer_state=torch.load(path / "optimizer.pt", weights_only=True),
+        rng_state=torch.load(path / "rng.pt", weights_only=True),
+        trainer_state=json.loads((path / "trainer_state.json").read_text()),
+    )
+
+
+def load_model_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy `state` into `model`. Keys may be missing only for tied parameters (lm_head tied to
+    the embeddings is saved once); any other mismatch is an error naming the keys."""
+    all_names = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    unique_names = {name for name, _ in model.named_parameters()}
+    tied_aliases = all_names - unique_names
+    result = model.load_state_dict(state, strict=False)
+    missing = set(result.missing_keys) - tied_aliases
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"checkpoint does not match the model: missing {sorted(missing)}, unexpected {sorted(result.unexpected_keys)}"
+        )

@@ -1,0 +1,60 @@
+"""The settings of one SFT stage (the flow runs a list of them in order)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class StageConfig(BaseModel):
+    """One curriculum stage: which data, how long the sequences, how it is optimized."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Stage name, e.g. 'foundation' or 'deep_reasoning'; tags metrics and checkpoints.")
+    datasets: dict[str, float] = Field(
+        description="Dataset name -> mix weight (> 0). Weights are relative: each dataset supplies "
+        "weight/sum(weights) of the stage's examples."
+    )
+    bands: list[str] = Field(
+        default_factory=list,
+        description="Difficulty bands to keep (the curation flow's band labels); empty keeps every band.",
+    )
+    max_length: int = Field(gt=0, description="Longest packed row in tokens; longer examples are quarantined.")
+    num_steps: int | None = Field(default=None, gt=0, description="Optimizer steps; exactly one of num_steps, num_epochs.")
+    num_epochs: int | None = Field(default=None, gt=0, description="Passes over the data; exactly one of num_steps, num_epochs.")
+    lr: float = Field(gt=0, description="Peak learning rate (AdamW), reached at the end of warmup.")
+    warmup_steps: int = Field(default=0, ge=0, description="Steps of linear warmup from lr/warmup_steps to lr.")
+    schedule: Literal["cosine", "constant", "linear"] = Field(
+        default="cosine", description="Decay after warmup: cosine to 0, constant, or linear to 0 over the remaining steps."
+    )
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
+    batch_tokens: int = Field(gt=0, description="Real (unpadded) tokens per optimizer step, at most; gradients accumulate over micro-batches up to it.")
+    micro_batch_tokens: int = Field(gt=0, description="Padded tokens (rows x longest row) per forward/backward pass; bounds activation memory.")
+    loss_chunk_size: int = Field(default=1024, gt=0, description="Tokens per chunk of the LM head + cross-entropy (memory O(chunk x vocab)).")
+    grad_clip: float | None = Field(default=1.0, gt=0, description="Max global L2 norm of the gradient; None disables clipping (the norm is still logged).")
+    activation_checkpointing: bool = Field(default=False, description="Recompute each decoder layer in backward instead of storing its activations.")
+    checkpoint_every: int = Field(default=0, ge=0, description="Save a checkpoint every this many steps (0: only at the stage end).")
+    seed: int = Field(default=0, description="Seeds the data order (one permutation per epoch) and torch/python/numpy RNGs.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "StageConfig":
+        if (self.num_steps is None) == (self.num_epochs is None):
+            raise ValueError(f"stage {self.name!r}: set exactly one of num_steps and num_epochs")
+        if not self.datasets:
+            raise ValueError(f"stage {self.name!r}: datasets is empty")
+        bad = {name: w for name, w in self.datasets.items() if w <= 0}
+        if bad:
+            raise ValueError(f"stage {self.name!r}: mix weights must be > 0, got {bad}")
+        if self.micro_batch_tokens < self.max_length:
+            raise ValueError(
+                f"stage {self.name!r}: micro_batch_tokens={self.micro_batch_tokens} < max_length={self.max_length}; "
+                "one full row must fit in a micro-batch"
+            )
+        if self.batch_tokens < self.max_length:
+            raise ValueError(
+                f"stage {self.name!r}: batch_tokens={self.batch_tokens} < max_length={self.max_length}; "
+                "the longest example must fit in a step"
+            )
+        return self

@@ -1,0 +1,200 @@
+"""The SFT training loop of one stage: packed micro-batches, accumulation, AdamW, resumable.
+
+One optimizer step: the sampler picks examples up to `batch_tokens` real tokens; they are packed
+into rows of at most `max_length` tokens and the rows grouped into micro-batches of at most
+`micro_batch_tokens` padded tokens; each micro-batch's summed token loss is divided by the step's
+total number of loss tokens before backward, so the accumulated gradient is exactly that of the
+token-mean loss over the whole step, however the step is split. Then clip, AdamW, next step.
+
+Resume: a checkpoint holds the weights, AdamW state, RNG states and the sampler's (epoch, cursor);
+the learning rate is a pure function of the step. Continuing from it runs exactly the steps an
+uninterrupted run would have run (tests/test_sft_resume.py checks the final weights are equal).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.checkpoint import load_checkpoint, load_model_weights, restore_rng_state, save_checkpoint
+from training.sft.config import StageConfig
+from training.sft.model_loss import PackedLMLoss
+from training.sft.packing import SFTExample, block_causal_mask, collate_packed, group_micro_batches, pack_first_fit_decreasing
+from training.sft.sampler import SamplerState, StepSampler, count_steps
+from training.sft.schedule import lr_at
+
+MetricsCallback = Callable[[dict[str, float], int], None]
+CheckpointCallback = Callable[[Path, int], None]
+
+
+@dataclass
+class TrainResult:
+    """What a stage run produced."""
+
+    last_checkpoint: Path  # the stage-end checkpoint (or the last one written before stopping)
+    num_steps: int  # optimizer steps completed in total, including those before a resume
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def data_fingerprint(examples: list[SFTExample]) -> str:
+    """sha256 of every example's tokens and mask, in order: a resume must see the same data."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(np.asarray(example.input_ids, dtype=np.int64).tobytes())
+        digest.update(np.asarray(example.loss_mask, dtype=np.int8).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def validate_examples(examples: list[SFTExample], max_length: int) -> None:
+    """Every example fits a row and has at least one token to learn (a target after position 0)."""
+    for index, example in enumerate(examples):
+        if len(example.input_ids) > max_length:
+            raise ValueError(f"example {index} has {len(example.input_ids)} tokens, more than max_length={max_length}")
+        if not any(example.loss_mask[1:]):
+            raise ValueError(f"example {index} has no loss tokens after its first token")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def peak_memory_mb() -> float:
+    """Peak accelerator memory on CUDA, else the process's peak resident set size (Linux: KiB)."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def train_step(
+    loss_module: PackedLMLoss,
+    examples: list[SFTExample],
+    max_length: int,
+    micro_batch_tokens: int,
+    pad_id: int,
+    device: torch.device,
+    mask_dtype: torch.dtype,
+) -> dict[str, float]:
+    """Forward and backward over one step's examples (gradients accumulate; no optimizer step)."""
+    lengths = [len(e.input_ids) for e in examples]
+    rows = pack_first_fit_decreasing(lengths, max_length)
+    row_lengths = [sum(lengths[i] for i in row) for row in rows]
+    num_loss_tokens = sum(sum(e.loss_mask[1:]) for e in examples)
+    loss_sum = 0.0
+    num_padding = 0
+    num_padded = 0
+    for group in group_micro_batches(row_lengths, micro_batch_tokens):
+        batch = collate_packed(examples, [rows[g] for g in group], pad_id)
+        attention_mask = block_causal_mask(batch.segment_ids.to(device), mask_dtype)
+        micro_loss = loss_module(
+            batch.input_ids.to(device), attention_mask, batch.position_ids.to(device), batch.targets.to(device)
+        )
+        (micro_loss / num_loss_tokens).backward()
+        loss_sum += micro_loss.item()
+        num_padding += batch.num_padding_tokens
+        num_padded += batch.input_ids.numel()
+    return {
+        "loss": loss_sum / num_loss_tokens,
+        "num_loss_tokens": float(num_loss_tokens),
+        "num_tokens": float(sum(lengths)),
+        "num_rows": float(len(rows)),
+        "padding_fraction": num_padding / num_padded,
+    }
+
+
+def train_stage(
+    model: Any,
+    tokenizer: Any,
+    examples: list[SFTExample],
+    stage_cfg: StageConfig,
+    out_dir: Path,
+    resume_from: Path | None = None,
+    on_metrics: MetricsCallback | None = None,
+    on_checkpoint: CheckpointCallback | None = None,
+) -> TrainResult:
+    """Train `model` in place on `examples` for one stage; checkpoints go to out_dir/step_NNNNNN.
+
+    on_metrics(metrics, step) is called after every optimizer step (step counts from 1);
+    on_checkpoint(path, step) after every checkpoint is complete on disk. `resume_from` is a
+    checkpoint directory of this same stage (same name, seed and data), else a ValueError.
+    """
+    cfg = stage_cfg
+    validate_examples(examples, cfg.max_length)
+    lengths = [len(e.input_ids) for e in examples]
+    total_steps = cfg.num_steps if cfg.num_steps is not None else count_steps(lengths, cfg.batch_tokens, cfg.seed, cfg.num_epochs)
+    fingerprint = data_fingerprint(examples)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = next(model.parameters()).device
+
+    seed_everything(cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step, sampler_state = 0, SamplerState()
+    if resume_from is not None:
+        checkpoint = load_checkpoint(resume_from)
+        state = checkpoint.trainer_state
+        expected = {"stage": cfg.name, "seed": cfg.seed, "data_fingerprint": fingerprint, "total_steps": total_steps}
+        differing = {k: (state.get(k), v) for k, v in expected.items() if state.get(k) != v}
+        if differing:
+            raise ValueError(f"cannot resume from {resume_from}: (checkpoint, now) differ for {differing}")
+        load_model_weights(model, checkpoint.model_state)
+        optimizer.load_state_dict(checkpoint.optimizer_state)
+        restore_rng_state(checkpoint.rng_state)
+        step, sampler_state = state["step"], SamplerState(state["epoch"], state["cursor"])
+    sampler = StepSampler(lengths, cfg.batch_tokens, cfg.seed, sampler_state)
+
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    loss_module = PackedLMLoss(model, cfg.loss_chunk_size)
+    mask_dtype = next(model.parameters()).dtype
+    last_checkpoint = resume_from
+    metrics: dict[str, float] = {}
+    while step < total_steps:
+        start = time.perf_counter()
+        lr = lr_at(step, cfg.lr, cfg.warmup_steps, total_steps, cfg.schedule)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        step_examples = [examples[i] for i in sampler.next_step()]
+        metrics = train_step(loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, pad_id, device, mask_dtype)
+        max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        elapsed = time.perf_counter() - start
+        metrics.update(
+            lr=lr,
+            grad_norm=float(grad_norm),
+            tokens_per_s=metrics["num_tokens"] / elapsed,
+            epoch=float(sampler.state.epoch),
+            peak_memory_mb=peak_memory_mb(),
+        )
+        if on_metrics is not None:
+            on_metrics(metrics, step)
+        if step == total_steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            trainer_state = {
+                "stage": cfg.name,
+                "seed": cfg.seed,
+                "data_fingerprint": fingerprint,
+                "total_steps": total_steps,
+                "step": step,
+                "epoch": sampler.state.epoch,
+                "cursor": sampler.state.cursor,
+            }
+            last_checkpoint = save_checkpoint(out_dir, f"step_{step:06d}", model, tokenizer, optimizer, trainer_state)
+            if on_checkpoint is not None:
+                on_checkpoint(last_checkpoint, step)
+    if last_checkpoint is None:
+        raise ValueError(f"stage {cfg.name!r} ran no steps and has no checkpoint (total_steps={total_steps})")
+    return TrainResult(last_checkpoint=last_checkpoint, num_steps=step, last_metrics=metrics)
