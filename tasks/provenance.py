@@ -7,6 +7,7 @@
 - <hash> is the first 12 hex digits of a sha256 over the path and bytes of every .py and .yaml
   file in the four packages (flows, tasks, curation, training), so uncommitted edits, which git
   describe does not see, still change the version and with it any cache key built from it.
+It is computed once per process: code edited while a process runs is not seen by that process.
 """
 
 from __future__ import annotations
