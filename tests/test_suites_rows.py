@@ -29,6 +29,8 @@ def test_valid_rows_pass():
     ({"task": "code"}, "row 7: code reference must be an object, got str"),
     ({"task": "code", "reference": {"tests": ""}},
      "row 7: code reference 'tests' must be non-empty Python source"),
+    ({"task": "code", "reference": {"tests": "assert True", "entry_point": 3}},
+     "row 7: code reference 'entry_point' must be a str"),
     ({"task": "code", "reference": {"cases": [{"input": "1"}]}},
      "row 7: each code case needs str 'input' and 'output'"),
     ({"task": "code", "reference": {"entry_point": "f"}},

@@ -60,15 +60,14 @@ def validate_row(row: dict[str, Any], index: int) -> str | None:
 
 
 def _code_reference_problem(reference: dict[str, Any], index: int) -> str | None:
-    """A code reference holds `tests` (Python source) or `cases` (stdin/stdout pairs).
-
-    A None value counts as absent: Arrow struct columns fill keys a row lacks with null.
-    """
-    if reference.get("tests") is not None:
+    """A code reference holds `tests` (Python source) or `cases` (stdin/stdout pairs)."""
+    if "tests" in reference:
         if not isinstance(reference["tests"], str) or not reference["tests"].strip():
             return f"row {index}: code reference 'tests' must be non-empty Python source"
+        if not isinstance(reference.get("entry_point", ""), str):
+            return f"row {index}: code reference 'entry_point' must be a str"
         return None
-    if reference.get("cases") is not None:
+    if "cases" in reference:
         cases = reference["cases"]
         if not isinstance(cases, list) or not cases:
             return f"row {index}: code reference 'cases' must be a non-empty list"

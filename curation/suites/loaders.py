@@ -1,0 +1,164 @@
+"""Load user task data (JSONL, Parquet, Hugging Face `datasets`) into suite rows.
+
+A column map renames user columns to the schema (`{"question": "prompt", "answer":
+"reference"}`); unmapped columns pass through. Missing optional fields get defaults: `task`
+from the `task` argument, `subdomain` "general", `source` the file or hub name, `id`
+"<source>-<row number>". Every row that still breaks the schema is quarantined with its
+1-based row number (the line number for JSONL), a reason and the raw record; none is dropped.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from curation.suites.rows import REFERENCE_ENCODING_KEY, validate_row
+
+DEFAULT_SUBDOMAIN = "general"
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+@dataclass
+class LoadResult:
+    """Rows that passed validation, and those that did not."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    # {"row_number": 1-based row (line for JSONL), "reason": str, "raw": the record or line}
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Record:
+    """One raw record before normalisation; `error` is set when it could not even be read."""
+
+    row_number: int
+    raw: Any
+    error: str | None = None
+
+
+def load_rows(
+    source: str,
+    task: str | None = None,
+    column_map: dict[str, str] | None = None,
+    split: str = "train",
+) -> LoadResult:
+    """Read `source` (a .jsonl/.parquet file, a `save_to_disk` directory or a hub name).
+
+    `task` fills rows without a task column; a row whose task differs is quarantined.
+    `split` picks the split of a hub dataset or of a saved DatasetDict.
+    """
+    column_map = column_map or {}
+    path = Path(source)
+    json_references = False  # our own Parquet files hold every reference as JSON text
+    if path.is_file() and path.suffix in JSONL_SUFFIXES:
+        records = _read_jsonl(path)
+    elif path.is_file() and path.suffix == ".parquet":
+        table = pq.read_table(path)
+        json_references = (table.schema.metadata or {}).get(REFERENCE_ENCODING_KEY) == b"json"
+        _check_mapped_columns(table.column_names, column_map, source)
+        records = [_Record(i, raw) for i, raw in enumerate(table.to_pylist(), start=1)]
+    elif path.is_file():
+        raise ValueError(f"{source}: unsupported file type {path.suffix!r}; "
+                         f"use {' or '.join(JSONL_SUFFIXES)}, .parquet, or a datasets directory")
+    elif not path.exists() and path.suffix in (*JSONL_SUFFIXES, ".parquet"):
+        raise FileNotFoundError(f"{source}: no such file")
+    else:  # a `save_to_disk` directory, or else a hub dataset name
+        dataset = _read_dataset(source, path, split)
+        _check_mapped_columns(dataset.column_names, column_map, source)
+        records = [_Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)]
+    default_source = path.name if path.exists() else source
+    result = LoadResult()
+    first_row_of_id: dict[str, int] = {}
+    for record in records:
+        reason = record.error
+        row = None
+        if reason is None:
+            row, reason = _normalise(record, task, column_map, default_source, json_references)
+        if reason is None and row["id"] in first_row_of_id:
+            reason = (f"row {record.row_number}: duplicate id {row['id']!r} "
+                      f"(first at row {first_row_of_id[row['id']]})")
+        if reason is not None:
+            result.quarantined.append(
+                {"row_number": record.row_number, "reason": reason, "raw": record.raw})
+            continue
+        first_row_of_id[row["id"]] = record.row_number
+        result.rows.append(row)
+    return result
+
+
+def _read_jsonl(path: Path) -> list[_Record]:
+    records = []
+    with path.open(encoding="utf-8") as lines:
+        for line_number, line in enumerate(lines, start=1):
+            if not line.strip():  # blank lines hold no row
+                continue
+            try:
+                records.append(_Record(line_number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                records.append(_Record(line_number, line.rstrip("\n"),
+                                       f"row {line_number}: bad JSON: {error.msg} "
+                                       f"at column {error.colno}"))
+    return records
+
+
+def _read_dataset(source: str, path: Path, split: str) -> Any:
+    """A `datasets.Dataset` from a `save_to_disk` directory or the hub (imported lazily)."""
+    import datasets
+
+    if not path.is_dir():
+        return datasets.load_dataset(source, split=split)
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise ValueError(f"{source}: no split {split!r}; it has {sorted(loaded)}")
+        return loaded[split]
+    return loaded
+
+
+def _check_mapped_columns(columns: list[str], column_map: dict[str, str], source: str) -> None:
+    """A mapped column missing from a table is a typo, not a bad row: fail once, clearly."""
+    missing = [column for column in column_map if column not in columns]
+    if missing:
+        raise ValueError(f"{source}: column map names {missing}, which are not among the "
+                         f"columns {columns}")
+
+
+def _normalise(
+    record: _Record,
+    task: str | None,
+    column_map: dict[str, str],
+    default_source: str,
+    json_references: bool,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Rename, fill defaults, decode the reference, validate; (row, None) or (None, reason)."""
+    number = record.row_number
+    if not isinstance(record.raw, dict):
+        return None, f"row {number}: expected an object, got {type(record.raw).__name__}"
+    row = {column_map.get(column, column): value for column, value in record.raw.items()}
+    if len(row) < len(record.raw):
+        return None, f"row {number}: two columns map to one name (column map {column_map})"
+    if task is not None:
+        row["task"] = task if row.get("task") is None else row["task"]
+        if row["task"] != task:
+            return None, f"row {number}: task {row['task']!r} differs from requested {task!r}"
+    for name, default in (("subdomain", DEFAULT_SUBDOMAIN), ("source", default_source)):
+        row[name] = default if row.get(name) is None else row[name]
+    if row.get("id") is None:
+        row["id"] = f"{row['source']}-{number}"
+    elif isinstance(row["id"], int) and not isinstance(row["id"], bool):
+        row["id"] = str(row["id"])  # numeric ids are common in user data and lose nothing
+    reference = row.get("reference")
+    if isinstance(reference, dict):  # Arrow struct columns fill the keys a row lacks with None
+        reference = row["reference"] = {k: v for k, v in reference.items() if v is not None}
+    if isinstance(reference, str) and (json_references or row.get("task") in ("code", "ifeval")):
+        try:
+            row["reference"] = json.loads(reference)
+        except json.JSONDecodeError as error:
+            return None, f"row {number}: reference is not valid JSON: {error.msg}"
+    elif row.get("task") == "math" and isinstance(reference, int | float) \
+            and not isinstance(reference, bool):
+        row["reference"] = str(reference)  # a numeric answer column, e.g. 42 -> "42"
+    reason = validate_row(row, number)
+    return (None, reason) if reason else (row, None)
