@@ -1,4 +1,4 @@
-"""The procedural math suite: answers re-derived independently, determinism, the difficulty floor."""
+"""The procedural math suite: answers re-derived independently, determinism, difficulty 0."""
 
 import itertools
 import math
@@ -69,12 +69,20 @@ def _independent_answer(problem: MathProblem) -> Fraction:
     return _independent_counting_or_geometry(problem)
 
 
+def _compositions(total: int, parts: int) -> int:
+    """Ways to write `total` as an ordered sum of `parts` positive integers, by recursion."""
+    if parts == 1:
+        return 1
+    return sum(_compositions(total - first, parts - 1) for first in range(1, total - parts + 2))
+
+
 def _independent_counting_or_geometry(problem: MathProblem) -> Fraction:
     p = problem.params
     kind = problem.kind
     count = {
         "arrange": lambda: len(list(itertools.permutations(range(p["n"])))),
-        "outfits": lambda: len(list(itertools.product(range(p["a"]), range(p["b"])))),
+        "outfits": lambda: len(list(itertools.product(range(p["a"]), range(p["b"]),
+                                                      range(p.get("c", 1))))),
         "sum_rule": lambda: len(["red"] * p["a"] + ["blue"] * p["b"]),
         "choose": lambda: len(list(itertools.combinations(range(p["n"]), p["k"]))),
         "podium": lambda: len(list(itertools.permutations(range(p["n"]), 3))),
@@ -85,9 +93,9 @@ def _independent_counting_or_geometry(problem: MathProblem) -> Fraction:
                                  if any(i >= p["men"] for i in c)),
         "together": lambda: sum(1 for order in itertools.permutations(range(p["n"]))
                                 if abs(order.index(0) - order.index(1)) == 1),
-        "stars_bars": lambda: sum(1 for split in itertools.product(range(1, p["n"] + 1),
-                                                                   repeat=p["k"])
-                                  if sum(split) == p["n"]),
+        "apart": lambda: sum(1 for order in itertools.permutations(range(p["n"]))
+                             if abs(order.index(0) - order.index(1)) > 1),
+        "stars_bars": lambda: _compositions(p["n"], p["k"]),
         "derangement": lambda: sum(1 for order in itertools.permutations(range(p["n"]))
                                    if all(order[i] != i for i in range(p["n"]))),
     }
@@ -130,7 +138,7 @@ EXPECTED_KINDS = {
     "number_theory": {"remainder", "gcd", "lcm", "divisor_count", "power_mod", "divisor_sum",
                       "totient"},
     "combinatorics": {"arrange", "outfits", "sum_rule", "choose", "podium", "letters",
-                      "committee", "together", "stars_bars", "derangement"},
+                      "committee", "together", "apart", "stars_bars", "derangement"},
     "geometry": {"rectangle_area", "square_perimeter", "triangle_perimeter",
                  "rectangle_perimeter", "triangle_area", "hypotenuse", "right_triangle_area",
                  "missing_leg", "trapezoid_area", "coordinate_triangle", "area_from_hypotenuse"},

@@ -198,22 +198,28 @@ def _number_theory(rng: random.Random, difficulty: int) -> MathProblem:
 def _combinatorics(rng: random.Random, difficulty: int) -> MathProblem:
     r = rng.randint
     kinds = {
-        0: ["arrange", "outfits", "sum_rule"], 1: ["arrange", "choose", "outfits"],
-        2: ["choose", "podium"],
-        3: ["letters", "choose", "committee"], 4: ["together", "stars_bars", "derangement"],
+        0: ["arrange", "outfits", "sum_rule"], 1: ["arrange", "choose", "outfits", "sum_rule"],
+        2: ["choose", "podium", "outfits"], 3: ["letters", "choose", "committee"],
+        4: ["together", "apart", "stars_bars", "derangement"],
     }[difficulty]
     kind = rng.choice(kinds)
     if kind == "arrange":
         n = r(1, 3) if difficulty == 0 else r(3, 5)
         return MathProblem("arrange", f"In how many different orders can {n} different books "
                            f"be placed in a row on a shelf?", Fraction(math.factorial(n)), {"n": n})
-    if kind == "outfits":
+    if kind == "outfits" and difficulty < 2:
         a, b = (r(1, 3), r(1, 3)) if difficulty == 0 else (r(2, 6), r(2, 6))
         return MathProblem("outfits", f"Sam has {a} different shirts and {b} different pairs of "
                            f"pants. How many different outfits of one shirt and one pair of pants "
                            f"can Sam make?", Fraction(a * b), {"a": a, "b": b})
+    if kind == "outfits":
+        a, b, c = r(2, 7), r(2, 7), r(2, 7)
+        return MathProblem("outfits", f"Sam has {a} different shirts, {b} different pairs of "
+                           f"pants and {c} different hats. How many different outfits of one "
+                           f"shirt, one pair of pants and one hat can Sam make?",
+                           Fraction(a * b * c), {"a": a, "b": b, "c": c})
     if kind == "sum_rule":  # addition principle: one-digit addition in words
-        red, blue = r(1, 5), r(1, 4)
+        red, blue = (r(1, 5), r(1, 4)) if difficulty == 0 else (r(2, 9), r(5, 9))
         return MathProblem("sum_rule", f"A drawer holds {red} different red shirts and {blue} "
                            f"different blue shirts. In how many ways can one shirt be picked?",
                            Fraction(red + blue), {"a": red, "b": blue})
@@ -244,8 +250,13 @@ def _combinatorics(rng: random.Random, difficulty: int) -> MathProblem:
         return MathProblem("together", f"In how many ways can {n} people stand in a line if "
                            f"two particular people must stand next to each other?",
                            Fraction(2 * math.factorial(n - 1)), {"n": n})
+    if kind == "apart":  # complement of "together"
+        n = r(4, 7)
+        return MathProblem("apart", f"In how many ways can {n} people stand in a line if two "
+                           f"particular people must not stand next to each other?",
+                           Fraction(math.factorial(n) - 2 * math.factorial(n - 1)), {"n": n})
     if kind == "stars_bars":
-        n, k = r(4, 10), r(2, 4)
+        n, k = r(4, 16), r(2, 5)
         return MathProblem("stars_bars", f"In how many ways can {n} identical candies be given "
                            f"to {k} children if each child gets at least one candy?",
                            Fraction(math.comb(n - 1, k - 1)), {"n": n, "k": k})
@@ -267,7 +278,8 @@ def _geometry(rng: random.Random, difficulty: int, integer_only: bool) -> MathPr
     kinds = {
         0: ["rectangle_area", "square_perimeter", "triangle_perimeter"],
         1: ["rectangle_perimeter", "triangle_area"],
-        2: ["hypotenuse", "right_triangle_area"], 3: ["missing_leg", "trapezoid_area"],
+        2: ["hypotenuse", "right_triangle_area", "rectangle_area"],
+        3: ["missing_leg", "trapezoid_area"],
         4: ["coordinate_triangle", "area_from_hypotenuse"],
     }[difficulty]
     kind = rng.choice(kinds)
@@ -275,7 +287,7 @@ def _geometry(rng: random.Random, difficulty: int, integer_only: bool) -> MathPr
     scale = r(1, 3)
     a, b, c = a * scale, b * scale, c * scale
     if kind == "rectangle_area":
-        w, h = r(1, 3), r(1, 3)
+        w, h = (r(1, 3), r(1, 3)) if difficulty == 0 else (r(10, 40), r(2, 9))
         return MathProblem("rectangle_area", f"A rectangle is {w} units wide and {h} units tall. "
                            f"What is its area?", Fraction(w * h), {"w": w, "h": h})
     if kind == "square_perimeter":
