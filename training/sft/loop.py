@@ -27,6 +27,7 @@ import torch
 
 from training.checkpoint import load_checkpoint, load_model_weights, restore_rng_state, save_checkpoint
 from training.sft.config import StageConfig
+from training.sft.distributed import world_size
 from training.sft.model_loss import PackedLMLoss
 from training.sft.packing import SFTExample, block_causal_mask, collate_packed, group_micro_batches, pack_first_fit_decreasing
 from training.sft.sampler import SamplerState, StepSampler, count_steps
@@ -130,6 +131,11 @@ def train_stage(
     checkpoint directory of this same stage (same name, seed and data), else a ValueError.
     """
     cfg = stage_cfg
+    if world_size() > 1:
+        raise ValueError(
+            "train_stage runs in one process for now: splitting steps across ranks and gathering "
+            "checkpoints under FSDP2 are not wired yet (see training/sft/distributed.py)"
+        )
     validate_examples(examples, cfg.max_length)
     lengths = [len(e.input_ids) for e in examples]
     total_steps = cfg.num_steps if cfg.num_steps is not None else count_steps(lengths, cfg.batch_tokens, cfg.seed, cfg.num_epochs)

@@ -1,0 +1,75 @@
+"""From dataset rows to a stage's encoded examples: band filter, mix by weight, chat-encode.
+
+Rows are plain dicts as the curation flow writes them: `prompt` (text or chat messages),
+`completion` (the verified trajectory), optionally `system` and `band`. Rows left out of a stage
+come back with a `removed_reason`, never silently dropped: out of the stage's bands, beyond the
+mix's share, or unusable (missing fields, longer than max_length).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from training.chat import encode_sft_example_unbounded
+from training.sft.packing import SFTExample
+
+
+def _left_out(row: dict, reason: str) -> dict:
+    return {**row, "removed_reason": reason}
+
+
+def mix_stage_rows(
+    datasets: dict[str, list[dict]], weights: dict[str, float], bands: list[str], seed: int
+) -> tuple[list[dict], list[dict]]:
+    """Rows of a stage, in the proportions of `weights`, with no row used twice.
+
+    After the band filter (empty `bands` keeps all), dataset d gets share s_d = w_d / sum(w). The
+    stage takes the largest total N such that no dataset is upsampled, N = min_d(n_d / s_d), and
+    floor(s_d * N) rows of d, drawn without replacement by a generator seeded with `seed`.
+    Returned rows carry `dataset`; the rest come back with their reason.
+    """
+    missing = sorted(set(weights) - set(datasets))
+    if missing:
+        raise ValueError(f"mix weights name datasets that were not given: {missing}")
+    kept_by_name: dict[str, list[dict]] = {}
+    left_out: list[dict] = []
+    for name in weights:
+        kept_by_name[name] = []
+        for row in datasets[name]:
+            if bands and row.get("band") not in bands:
+                left_out.append(_left_out(row, f"band={row.get('band')!r} not in {bands}"))
+            else:
+                kept_by_name[name].append({**row, "dataset": name})
+    total_weight = sum(weights.values())
+    shares = {name: w / total_weight for name, w in weights.items()}
+    num_total = min(len(kept_by_name[name]) / shares[name] for name in weights)
+    rng = np.random.default_rng(seed)
+    mixed: list[dict] = []
+    for name in weights:
+        rows = kept_by_name[name]
+        order = rng.permutation(len(rows)).tolist()
+        num_take = int(shares[name] * num_total + 1e-9)  # the epsilon keeps 3.0000000001 -> 3, not 2.999 -> 2
+        mixed.extend(rows[i] for i in order[:num_take])
+        left_out.extend(_left_out(rows[i], f"beyond the mix share of {name!r}") for i in order[num_take:])
+    return mixed, left_out
+
+
+def encode_rows(
+    tokenizer: Any, rows: list[dict], max_length: int
+) -> tuple[list[SFTExample], list[dict]]:
+    """Chat-encode rows (training.chat, the same template as rollouts); quarantine the unusable ones."""
+    examples: list[SFTExample] = []
+    quarantined: list[dict] = []
+    for row in rows:
+        absent = [key for key in ("prompt", "completion") if not row.get(key)]
+        if absent:
+            quarantined.append(_left_out(row, f"missing {', '.join(absent)}"))
+            continue
+        input_ids, loss_mask = encode_sft_example_unbounded(tokenizer, row["prompt"], row["completion"], row.get("system"))
+        if len(input_ids) > max_length:
+            quarantined.append(_left_out(row, f"too_long: {len(input_ids)} tokens > max_length={max_length}"))
+            continue
+        examples.append(SFTExample(input_ids, loss_mask))
+    return examples, quarantined
