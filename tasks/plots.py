@@ -1,0 +1,79 @@
+"""Figures the flows log as PNG artifacts: pass@k curves per task, pass-rate histograms per task.
+
+Figures are built with `matplotlib.figure.Figure` directly, not pyplot: no global figure registry
+to leak from long-running workers and no GUI backend; saving renders with the Agg canvas.
+matplotlib is imported inside the functions so `passband --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+SUBPLOT_WIDTH_IN = 4.0
+SUBPLOT_HEIGHT_IN = 3.2
+
+
+def _task_grid(num_tasks: int) -> Figure:
+    """A figure with one empty subplot per task, side by side."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(SUBPLOT_WIDTH_IN * num_tasks, SUBPLOT_HEIGHT_IN), layout="constrained")
+    figure.subplots(1, num_tasks, squeeze=False)
+    return figure
+
+
+def pass_at_k_figure(curves: dict[str, dict[str, list[float]]]) -> Figure:
+    """One subplot per task, one line per checkpoint label: x = k (1..n), y = pass@k.
+
+    `curves` is {task: {label: [pass@1, ..., pass@n]}}, as `training.evaluation.report.
+    pass_at_k_curves` returns; labels may have different n.
+    """
+    if not curves:
+        raise ValueError("pass_at_k_figure needs at least one task")
+    figure = _task_grid(len(curves))
+    for axes, (task, by_label) in zip(figure.axes, curves.items()):
+        if not by_label:
+            raise ValueError(f"pass_at_k_figure: task {task!r} has no curves")
+        for label, curve in by_label.items():
+            if not curve:
+                raise ValueError(f"pass_at_k_figure: task {task!r}, label {label!r} has an empty curve")
+            ks = list(range(1, len(curve) + 1))
+            axes.plot(ks, curve, marker="o", markersize=3, label=label)
+        # pass@k grows over orders of magnitude of k only at large n; a log x-axis helps there.
+        if max(len(curve) for curve in by_label.values()) >= 16:
+            axes.set_xscale("log", base=2)
+        axes.set_title(task)
+        axes.set_xlabel("k (samples)")
+        axes.set_ylabel("pass@k")
+        axes.set_ylim(0.0, 1.02)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+    return figure
+
+
+def pass_rate_histogram_figure(hist: dict[str, dict]) -> Figure:
+    """One subplot per task: bars of how many problems fall in each pass-rate bin.
+
+    `hist` is {task: {"bin_edges": [bins + 1 floats], "counts": [bins ints]}}, as
+    `curation.bands.pass_rate_histogram` returns.
+    """
+    if not hist:
+        raise ValueError("pass_rate_histogram_figure needs at least one task")
+    figure = _task_grid(len(hist))
+    for axes, (task, entry) in zip(figure.axes, hist.items()):
+        edges, counts = entry["bin_edges"], entry["counts"]
+        if len(edges) != len(counts) + 1:
+            raise ValueError(
+                f"pass_rate_histogram_figure: task {task!r} has {len(edges)} bin edges for "
+                f"{len(counts)} counts; expected one more edge than counts"
+            )
+        widths = [hi - lo for lo, hi in zip(edges[:-1], edges[1:])]
+        axes.bar(edges[:-1], counts, width=widths, align="edge", edgecolor="black", linewidth=0.5)
+        axes.set_title(f"{task} ({sum(counts)} problems)")
+        axes.set_xlabel("pass rate")
+        axes.set_ylabel("problems")
+        axes.set_xlim(edges[0], edges[-1])
+    return figure
