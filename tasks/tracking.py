@@ -95,13 +95,15 @@ def log_config(config: dict[str, Any], run_id: str | None = None) -> None:
 
 
 def log_metrics(metrics: dict[str, float], step: int, run_id: str | None = None) -> None:
-    """Log metrics at `step` (required: every metric has one). Names kept as given, "/" too."""
+    """Log metrics at `step` (required: every metric has one). Names kept as given, "/" too,
+    except "@", which MLflow refuses in names: `math/pass@1` is logged as `math/pass_at_1`."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric
 
     run_id = _run_id(run_id)
     timestamp_ms = int(time.time() * 1000)
-    entries = [Metric(name, float(value), timestamp_ms, step) for name, value in metrics.items()]
+    entries = [Metric(name.replace("@", "_at_"), float(value), timestamp_ms, step)
+               for name, value in metrics.items()]
     for start in range(0, len(entries), METRICS_PER_REQUEST):
         MlflowClient().log_batch(run_id, metrics=entries[start : start + METRICS_PER_REQUEST])
 

@@ -1,0 +1,91 @@
+"""Configs: pydantic models that double as Prefect flow parameters, presets, and `--set` overrides.
+
+Resolution order, later wins: the model's defaults < the preset file
+(`flows/presets/<flow>/<preset>.yaml`) < a user config file (`--config`) < `--set a.b=value`.
+Every config model forbids unknown keys, so a typo fails fast with the field's dotted name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class Config(BaseModel):
+    """Base of every config: field docstrings become descriptions (the Prefect UI shows them)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class ConfigError(ValueError):
+    """A config value, file or override that cannot be used; the message names it."""
+
+
+def preset_names(flow: str) -> list[str]:
+    return sorted(p.stem for p in (PRESETS_DIR / flow).glob("*.yaml"))
+
+
+def read_preset(flow: str, preset: str) -> dict[str, Any]:
+    path = PRESETS_DIR / flow / f"{preset}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"flow '{flow}' has no preset '{preset}' (available: {', '.join(preset_names(flow))})")
+    return read_yaml(path)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts merge key by key; any other value in `override` replaces the base value."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """`a.b.c=value` -> {"a": {"b": {"c": value}}}, value parsed as YAML (numbers, bools, lists)."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value, got '{text}'")
+    dotted, raw = text.split("=", 1)
+    if not dotted or any(not part for part in dotted.split(".")):
+        raise ConfigError(f"--set has an empty key in '{text}'")
+    value: Any = yaml.safe_load(raw) if raw.strip() else ""
+    for part in reversed(dotted.split(".")):
+        value = {part: value}
+    return value
+
+
+def resolve_config(
+    model: type[C], flow: str, preset: str | None = None, config_file: Path | None = None,
+    overrides: list[str] = (),
+) -> C:
+    """Build and validate the config of `flow` from its layers; errors name the bad field."""
+    data: dict[str, Any] = {}
+    if preset:
+        data = deep_merge(data, read_preset(flow, preset))
+    if config_file:
+        data = deep_merge(data, read_yaml(Path(config_file)))
+    for item in overrides:
+        data = deep_merge(data, parse_override(item))
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
+        )
+        raise ConfigError(f"invalid {flow} config: {problems}") from err
