@@ -1,0 +1,42 @@
+"""Stage-level caching: a flow run whose inputs, config and code version were seen before
+returns the stored summary instead of recomputing (RECIPE section 1: "a rerun with the same inputs
+and code reuses what was already computed").
+
+The key hashes the resolved config (which names every input by URI) and the code version; the
+stored summary is an artifact like any other, committed manifest-last after the outputs, so a
+crashed run leaves no summary and is recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tasks.provenance import code_version, config_hash
+from tasks.store import open_store
+
+SUMMARY_FILE = "summary.json"
+
+
+def stage_key(flow: str, config: dict[str, Any]) -> str:
+    """`stages/<flow>/<hash of config + code version>`."""
+    return f"stages/{flow}/{config_hash({'config': config, 'code_version': code_version()})[:24]}"
+
+
+def load_cached_summary(key: str) -> dict[str, Any] | None:
+    """The summary committed under `key`, or None when this stage has not completed before."""
+    store = open_store()
+    if not store.exists(key):
+        return None
+    return json.loads((store.fetch(key) / SUMMARY_FILE).read_text())
+
+
+def save_summary(key: str, flow: str, config: dict[str, Any], summary: dict[str, Any]) -> str:
+    """Commit the stage's summary last, after every output it names is committed."""
+    store = open_store()
+    with tempfile.TemporaryDirectory(prefix="passband-summary-") as tmp:
+        (Path(tmp) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
+        store.commit(key, Path(tmp), flow=flow, config=config, code_version=code_version())
+    return store.uri(key)
