@@ -1,0 +1,249 @@
+"""The RL update on a tiny Llama: micro-batch invariance, on-policy identities, masking, direction,
+the vllm_kl filter, off-policy drift with S=2, and k1-in-the-reward advantages by hand."""
+
+import copy
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from training.logprobs import response_logprobs
+from training.rl.batching import RolloutBatch
+from training.rl.config import RLAlgoConfig
+from training.rl.update import advantages_with_kl, rl_update
+
+VOCAB = 64
+
+
+def _tiny_model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()  # eval: no dropout, deterministic log-probs
+
+
+def _own_logp(model, prompts, responses, temperature=1.0) -> list[list[float]]:
+    """The model's log-probs of the responses, one prompt at a time (a different padding than the update)."""
+    with torch.no_grad():
+        return [response_logprobs(model, [p], [r], temperature).logp[0].tolist() for p, r in zip(prompts, responses)]
+
+
+def _batch(model, rewards, valid=None, num_prompts=2, group_size=4, seed=1, engine_noise=0.0) -> RolloutBatch:
+    """Random prompts (3-6 tokens) and responses (2-7 tokens); engine log-probs = the model's own + noise."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts, responses = [], []
+    for _ in range(num_prompts):
+        prompt = torch.randint(0, VOCAB, (int(torch.randint(3, 7, (1,), generator=gen)),), generator=gen).tolist()
+        for _ in range(group_size):
+            length = int(torch.randint(2, 8, (1,), generator=gen))
+            prompts.append(prompt)
+            responses.append(torch.randint(0, VOCAB, (length,), generator=gen).tolist())
+    engine = _own_logp(model, prompts, responses)
+    engine = [[v + engine_noise * float(torch.randn(1, generator=gen)) for v in row] for row in engine]
+    num_rows = num_prompts * group_size
+    return RolloutBatch(prompt_ids=prompts, response_ids=responses, engine_logp=engine, rewards=list(rewards),
+                        valid=list(valid) if valid is not None else [True] * num_rows,
+                        tasks=["math"] * (num_rows // 2) + ["code"] * (num_rows - num_rows // 2), group_size=group_size)
+
+
+def _update(model, batch, lr=0.1, ref_model=None, **cfg):
+    """Copy the model, apply rl_update with plain SGD (update proportional to the gradient), return (copy, metrics)."""
+    trained = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(trained.parameters(), lr=lr)
+    metrics = rl_update(trained, ref_model, optimizer, batch, RLAlgoConfig(**cfg), torch.Generator().manual_seed(0))
+    return trained, metrics
+
+
+def _delta(before, after) -> torch.Tensor:
+    return torch.cat([(a - b).reshape(-1) for a, b in zip(before.parameters(), after.parameters())])
+
+
+REWARDS = [1.0, 0.0, 0.5, 0.0, 1.0, 1.0, 0.0, 0.25]
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean", "seq_sum"])
+@pytest.mark.parametrize("extras", [
+    {},
+    {"kl_coef": 0.3, "kl_placement": "loss", "kl_estimator": "k2", "cov_method": "kl_cov", "cov_fraction": 0.2},
+    {"level": "sequence", "cov_method": "clip_cov", "cov_fraction": 0.3, "cov_bounds": (-10.0, 10.0)},
+])
+def test_micro_batching_does_not_change_the_update(aggregation, extras):
+    model = _tiny_model()
+    ref = _tiny_model(seed=5) if extras.get("kl_coef") else None
+    batch = _batch(model, REWARDS, valid=[True, True, True, False, True, True, True, True], engine_noise=0.05)
+    settings = dict(aggregation=aggregation, max_tokens=8, correction="token_tis", **extras)
+    whole, m_whole = _update(model, batch, ref_model=ref, micro_batch_size=8, **settings)
+    ones, m_ones = _update(model, batch, ref_model=ref, micro_batch_size=1, **settings)
+    threes, _ = _update(model, batch, ref_model=ref, micro_batch_size=3, **settings)
+    d_whole = _delta(model, whole)
+    assert d_whole.abs().max() > 1e-4  # a real update, so equality below is not vacuous
+    assert torch.allclose(_delta(model, ones), d_whole, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(_delta(model, threes), d_whole, rtol=1e-4, atol=1e-7)
+    assert m_ones["loss"] == pytest.approx(m_whole["loss"], rel=1e-5, abs=1e-7)
+    assert m_ones["grad_norm"] == pytest.approx(m_whole["grad_norm"], rel=1e-5)
+
+
+def test_micro_batch_means_are_not_averaged_naively():
+    # Independent check of the token_mean normalizer: the loss at ratio 1 with token weights 1 is
+    # -sum_i A_i * len_i / sum_i len_i over valid rows, computed here from the advantages by hand.
+    model = _tiny_model()
+    batch = _batch(model, [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    _, metrics = _update(model, batch, micro_batch_size=1, correction="none", scale_by_std=False)
+    advantages = [0.75, -0.25, -0.25, -0.25, 0.25, 0.25, 0.25, -0.75]
+    lengths = [len(r) for r in batch.response_ids]
+    expected = -sum(a * n for a, n in zip(advantages, lengths)) / sum(lengths)
+    assert metrics["loss"] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("behaviour_policy", ["engine", "trainer"])
+def test_on_policy_step_has_unit_ratio_and_no_mismatch(behaviour_policy):
+    model = _tiny_model()
+    batch = _batch(model, REWARDS)
+    _, metrics = _update(model, batch, micro_batch_size=3, behaviour_policy=behaviour_policy)
+    assert metrics["vllm_kl"] == pytest.approx(0.0, abs=1e-10)
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["ratio_max"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["ratio_min"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["clip_frac_low"] == metrics["clip_frac_high"] == 0.0
+    assert metrics["mismatch_masked_token_frac"] == metrics["mismatch_masked_seq_frac"] == 0.0
+    assert metrics["skipped"] == 0.0
+    # Perplexity by an independent method: full logits, log_softmax, every response token.
+    logps = []
+    with torch.no_grad():
+        for prompt, response in zip(batch.prompt_ids, batch.response_ids):
+            logits = model(torch.tensor([prompt + response])).logits[0]
+            log_probs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+            logps += log_probs[torch.arange(len(response)), torch.tensor(response)].tolist()
+    assert metrics["trainer_ppl"] == pytest.approx(math.exp(-sum(logps) / len(logps)), rel=1e-5)
+    assert 0.0 < metrics["entropy"] <= math.log(VOCAB)
+
+
+def test_invalid_rows_get_no_gradient():
+    model = _tiny_model()
+    valid = [True, True, False, True, True, True, True, True]
+    rewards = [1.0, 0.0, math.nan, 0.5, 1.0, 0.0, 0.0, 1.0]
+    batch = _batch(model, rewards, valid=valid)
+    changed = copy.deepcopy(batch)
+    changed.response_ids[2] = [5, 6, 7, 8, 9, 10, 11, 12, 13]
+    changed.engine_logp[2] = [-1.0] * 9
+    base, metrics = _update(model, batch, micro_batch_size=2)
+    other, _ = _update(model, changed, micro_batch_size=2)
+    assert torch.equal(_delta(model, base), _delta(model, other))
+    assert metrics["num_masked_unparsable"] == 1.0
+    assert metrics["math/unparsable_frac"] == 0.25
+    # Control: the same edit on a valid row does change the update.
+    control = copy.deepcopy(batch)
+    control.response_ids[1] = changed.response_ids[2]
+    control.engine_logp[1] = _own_logp(model, [control.prompt_ids[1]], [control.response_ids[1]])[0]
+    moved, _ = _update(model, control, micro_batch_size=2)
+    assert not torch.allclose(_delta(model, base), _delta(model, moved))
+
+
+def test_update_raises_positive_and_lowers_negative_advantage_responses():
+    model = _tiny_model()
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    batch = _batch(model, rewards)
+    trained, _ = _update(model, batch, lr=0.5, micro_batch_size=4, grad_clip=None)
+    before = _own_logp(model, batch.prompt_ids, batch.response_ids)
+    after = _own_logp(trained, batch.prompt_ids, batch.response_ids)
+    for i, reward in enumerate(rewards):
+        change = sum(after[i]) - sum(before[i])
+        assert (change > 0) == (reward == 1.0), f"row {i}: reward {reward}, log-prob change {change}"
+
+
+def test_vllm_kl_filter_skips_the_update():
+    model = _tiny_model()
+    batch = _batch(model, REWARDS)
+    batch.engine_logp = [[v - 0.5 for v in row] for row in batch.engine_logp]
+    # d = trainer - engine = 0.5 on every token: vllm_kl = exp(0.5) - 0.5 - 1 = 0.148721.
+    expected_kl = math.exp(0.5) - 1.5
+    skipped, metrics = _update(model, batch, max_vllm_kl=0.1, correction="none")
+    assert metrics["skipped"] == 1.0
+    assert metrics["vllm_kl"] == pytest.approx(expected_kl, rel=1e-5)
+    assert torch.equal(_delta(model, skipped), torch.zeros_like(_delta(model, skipped)))
+    taken, metrics = _update(model, batch, max_vllm_kl=0.2, correction="none")
+    assert metrics["skipped"] == 0.0
+    assert _delta(model, taken).abs().max() > 0
+
+
+def test_second_inner_step_is_off_policy_and_clips():
+    model = _tiny_model()
+    batch = _batch(model, REWARDS)
+    settings = dict(lr=2.0, micro_batch_size=8, clip_low=0.01, clip_high=0.01, grad_clip=None)
+    one_step, first = _update(model, batch, num_inner_steps=1, **settings)
+    _, second = _update(model, batch, num_inner_steps=2, **settings)
+    assert first["ratio_max"] == pytest.approx(1.0, abs=1e-6)
+    # Independent: after one step the ratio of each token is exp(logp_after - logp_before).
+    before = _own_logp(model, batch.prompt_ids, batch.response_ids)
+    after = _own_logp(one_step, batch.prompt_ids, batch.response_ids)
+    ratios = [math.exp(a - b) for ra, rb in zip(after, before) for a, b in zip(ra, rb)]
+    assert second["ratio_max"] == pytest.approx(max(ratios), rel=1e-4)
+    assert second["ratio_min"] == pytest.approx(min(ratios), rel=1e-4)
+    assert second["ratio_max"] > 1.01 and second["clip_frac_high"] + second["clip_frac_low"] > 0
+
+
+def test_k1_in_reward_shifts_advantages_by_the_centred_penalty():
+    # Sums over response tokens of (logp - ref_logp): row 0: 0.3 + 0.2 = 0.5; row 1: -0.2;
+    # row 2: 0; row 3: 1.0 (its second token is padding and must be ignored).
+    trainer_logp = torch.tensor([[-1.0, -0.5], [-2.0, -1.0], [-0.7, -0.7], [-0.1, 0.0]])
+    ref_logp = torch.tensor([[-1.3, -0.7], [-1.8, -1.0], [-0.7, -0.7], [-1.1, -9.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    valid = torch.ones(4, dtype=torch.bool)
+    cfg = RLAlgoConfig(kl_coef=0.1, kl_placement="reward", kl_estimator="k1", scale_by_std=False)
+    advantages, shaped = advantages_with_kl(rewards, valid, 4, cfg, trainer_logp, ref_logp, mask)
+    # penalty = 0.1 * [0.5, -0.2, 0, 1.0] = [0.05, -0.02, 0, 0.1]; shaped = [0.95, 0.02, 1.0, -0.1],
+    # mean 0.4675 -> A = [0.4825, -0.4475, 0.5325, -0.5675] (vs [0.5, -0.5, 0.5, -0.5] without KL).
+    assert torch.allclose(shaped, torch.tensor([0.95, 0.02, 1.0, -0.1]), atol=1e-6)
+    assert torch.allclose(advantages, torch.tensor([0.4825, -0.4475, 0.5325, -0.5675]), atol=1e-6)
+
+
+def test_k1_in_reward_gives_signal_to_a_zero_variance_group():
+    # Equal verifier rewards: no gradient without KL; the KL-shaped rewards differ, so with it the
+    # group trains. The reported penalty is checked against full-logits log-probs.
+    model = _tiny_model()
+    ref = _tiny_model(seed=3)
+    batch = _batch(model, [1.0] * 4, num_prompts=1)
+    untouched, metrics = _update(model, batch)
+    assert metrics["zero_variance_group_frac"] == 1.0
+    assert _delta(model, untouched).abs().max() == 0
+    shaped, metrics = _update(model, batch, ref_model=ref, kl_coef=0.2)
+    assert _delta(model, shaped).abs().max() > 0
+    assert metrics["zero_variance_group_frac"] == 1.0  # counted on the verifier's rewards
+    sums = []
+    with torch.no_grad():
+        for prompt, response in zip(batch.prompt_ids, batch.response_ids):
+            ids = torch.tensor([prompt + response])
+            positions, targets = torch.arange(len(prompt) - 1, len(prompt) + len(response) - 1), torch.tensor(response)
+            policy = torch.log_softmax(model(ids).logits[0], -1)[positions, targets]
+            reference = torch.log_softmax(ref(ids).logits[0], -1)[positions, targets]
+            sums.append(float((policy - reference).sum()))
+    assert metrics["kl_reward_penalty_mean"] == pytest.approx(0.2 * sum(sums) / 4, rel=1e-4, abs=1e-6)
+
+
+def test_config_refuses_k1_as_a_loss_and_seq_sum_without_budget():
+    with pytest.raises(ValueError, match="zero expected gradient"):
+        RLAlgoConfig(kl_coef=0.1, kl_placement="loss", kl_estimator="k1")
+    with pytest.raises(ValueError, match="max_tokens"):
+        RLAlgoConfig(aggregation="seq_sum")
+    with pytest.warns(UserWarning, match="forward KL"):
+        RLAlgoConfig(kl_coef=0.1, kl_placement="loss", kl_estimator="k3")
+
+
+def test_kl_needs_a_reference_model():
+    model = _tiny_model()
+    with pytest.raises(ValueError, match="ref_model"):
+        _update(model, _batch(model, REWARDS), kl_coef=0.1)
+
+
+
+def test_engine_as_behaviour_applies_only_the_rejections_of_the_correction():
+    # pi_theta/pi_engine already carries rho, so a capping correction (never 0) must not reweight.
+    model = _tiny_model()
+    batch = _batch(model, REWARDS, engine_noise=0.1)
+    capped, _ = _update(model, batch, behaviour_policy="engine", correction="token_tis", correction_threshold=1.05)
+    plain, _ = _update(model, batch, behaviour_policy="engine", correction="none")
+    reweighted, _ = _update(model, batch, behaviour_policy="trainer", correction="token_tis", correction_threshold=1.05)
+    assert torch.allclose(_delta(model, capped), _delta(model, plain), atol=1e-8)
+    assert not torch.allclose(_delta(model, reweighted), _delta(model, plain), atol=1e-6)

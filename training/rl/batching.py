@@ -1,0 +1,103 @@
+"""The fixed batch one RL update trains on, and its construction from the engine's samples.
+
+Rows are grouped contiguously: rows g*G .. g*G+G-1 are the G rollouts of prompt g, which is what
+`group_advantages` expects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from training.engines.protocol import Sample
+
+
+@dataclass
+class RolloutBatch:
+    """B = num_prompts * group_size scored rollouts, one list entry per row."""
+
+    prompt_ids: list[list[int]]
+    """Prompt token ids (chat-templated), identical within a group; never empty."""
+    response_ids: list[list[int]]
+    """Sampled response token ids."""
+    engine_logp: list[list[float]]
+    """The rollout engine's log-prob of every response token, aligned with response_ids."""
+    rewards: list[float]
+    """Verifier reward in [0, 1]; may be NaN where valid is False (it is never read there)."""
+    valid: list[bool]
+    """False: unparsable or truncated. Such rows are masked out of the gradient entirely."""
+    tasks: list[str]
+    """Task name of each row (e.g. 'math', 'code', 'ifeval'), for per-task metrics."""
+    group_size: int
+    """G: rollouts per prompt."""
+    truncated: list[bool] | None = None
+    """True where the engine stopped at max_tokens (finish_reason 'length'); None if unknown."""
+
+    def __post_init__(self) -> None:
+        num_rows = len(self.response_ids)
+        fields = {"prompt_ids": self.prompt_ids, "engine_logp": self.engine_logp, "rewards": self.rewards,
+                  "valid": self.valid, "tasks": self.tasks}
+        if self.truncated is not None:
+            fields["truncated"] = self.truncated
+        for name, values in fields.items():
+            if len(values) != num_rows:
+                raise ValueError(f"RolloutBatch.{name} has {len(values)} rows but response_ids has {num_rows}")
+        if self.group_size < 1 or num_rows % self.group_size != 0:
+            raise ValueError(f"{num_rows} rows are not a whole number of groups of group_size={self.group_size}")
+        for i in range(num_rows):
+            if not self.prompt_ids[i]:
+                raise ValueError(f"row {i}: empty prompt_ids (the first response token needs a context)")
+            if len(self.engine_logp[i]) != len(self.response_ids[i]):
+                raise ValueError(
+                    f"row {i}: {len(self.engine_logp[i])} engine log-probs for {len(self.response_ids[i])} response tokens"
+                )
+            if self.valid[i] and not math.isfinite(self.rewards[i]):
+                raise ValueError(f"row {i}: valid row has non-finite reward {self.rewards[i]!r}")
+            first = i - i % self.group_size
+            if self.prompt_ids[i] != self.prompt_ids[first]:
+                raise ValueError(f"row {i}: prompt differs from row {first}, the first of its group (groups must be contiguous)")
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.response_ids)
+
+
+def build_rollout_batch(
+    samples_per_prompt: list[list[Sample]],
+    rewards: list[list[float | None]],
+    valid: list[list[bool]],
+    tasks: list[str],
+    mask_truncated: bool = True,
+) -> RolloutBatch:
+    """Flatten the engine's samples (one list of G per prompt) into a `RolloutBatch`.
+
+    rewards/valid: nested like `samples_per_prompt`; a None reward becomes NaN and must be invalid.
+    tasks: one task name per prompt. mask_truncated: also mark samples that hit max_tokens
+    invalid (RECIPE 4: a truncated output is unparsable, whatever the verifier extracted).
+    """
+    if not (len(samples_per_prompt) == len(rewards) == len(valid) == len(tasks)):
+        raise ValueError(
+            f"{len(samples_per_prompt)} prompts of samples but {len(rewards)} reward lists, "
+            f"{len(valid)} valid lists and {len(tasks)} tasks"
+        )
+    group_size = len(samples_per_prompt[0]) if samples_per_prompt else 1
+    batch: dict[str, list] = {"prompt_ids": [], "response_ids": [], "engine_logp": [], "rewards": [], "valid": [],
+                              "tasks": [], "truncated": []}
+    for p, (samples, group_rewards, group_valid) in enumerate(zip(samples_per_prompt, rewards, valid)):
+        if not (len(samples) == len(group_rewards) == len(group_valid) == group_size):
+            raise ValueError(
+                f"prompt {p}: {len(samples)} samples, {len(group_rewards)} rewards, {len(group_valid)} valid flags; "
+                f"expected group_size={group_size} of each"
+            )
+        for sample, reward, is_valid in zip(samples, group_rewards, group_valid):
+            truncated = sample.finish_reason == "length"
+            if reward is None and is_valid:
+                raise ValueError(f"prompt {p} sample {sample.sample_index}: reward None but marked valid")
+            batch["prompt_ids"].append(list(sample.prompt_token_ids))
+            batch["response_ids"].append(list(sample.token_ids))
+            batch["engine_logp"].append(list(sample.logprobs))
+            batch["rewards"].append(math.nan if reward is None else float(reward))
+            batch["valid"].append(bool(is_valid) and not (mask_truncated and truncated))
+            batch["tasks"].append(tasks[p])
+            batch["truncated"].append(truncated)
+    return RolloutBatch(group_size=group_size, **batch)

@@ -1,0 +1,43 @@
+"""Per-task rollout metrics of one batch (RECIPE 4: tasks differ a lot, so watch each one).
+
+Conventions, stated once:
+- reward: mean over ALL rows with an invalid (unparsable/truncated) row counted as 0, the score
+  an evaluator would give it; the gradient never sees that 0 (the row is masked out).
+- pass_rate: fraction of all rows that are valid with reward >= 1.0 (a verifier's full pass).
+- unparsable_frac: fraction of rows marked invalid; num_masked_unparsable counts them.
+- response_len_mean / _max: response tokens, over all rows.
+- truncated_frac: rows that hit max_tokens (only when the batch knows it).
+Keys are `{task}/{name}`, plus the same names without a prefix for the whole batch.
+"""
+
+from __future__ import annotations
+
+from training.rl.batching import RolloutBatch
+
+PASS_REWARD = 1.0
+
+
+def _summary(batch: RolloutBatch, rows: list[int]) -> dict[str, float]:
+    num_rows = max(len(rows), 1)
+    lengths = [len(batch.response_ids[i]) for i in rows]
+    rewards = [batch.rewards[i] if batch.valid[i] else 0.0 for i in rows]
+    summary = {
+        "reward": sum(rewards) / num_rows,
+        "pass_rate": sum(batch.valid[i] and batch.rewards[i] >= PASS_REWARD for i in rows) / num_rows,
+        "unparsable_frac": sum(not batch.valid[i] for i in rows) / num_rows,
+        "response_len_mean": sum(lengths) / num_rows,
+        "response_len_max": float(max(lengths, default=0)),
+    }
+    if batch.truncated is not None:
+        summary["truncated_frac"] = sum(batch.truncated[i] for i in rows) / num_rows
+    return summary
+
+
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Reward, pass rate, unparsable fraction, lengths, truncation: per task and overall."""
+    metrics = _summary(batch, list(range(batch.num_rows)))
+    metrics["num_masked_unparsable"] = float(sum(not v for v in batch.valid))
+    for task in sorted(set(batch.tasks)):
+        rows = [i for i, t in enumerate(batch.tasks) if t == task]
+        metrics.update({f"{task}/{name}": value for name, value in _summary(batch, rows).items()})
+    return metrics
