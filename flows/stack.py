@@ -117,7 +117,9 @@ def start_services(worker: bool = False) -> dict[str, str]:
     _wait_http(f"{prefect_url}/api/health", 120)
     urls = {"prefect": prefect_url, "mlflow": f"http://127.0.0.1:{MLFLOW_PORT}"}
     if worker:
-        api = {**env, "PREFECT_API_URL": f"{prefect_url}/api"}
+        # PASSBAND_HOME absolute: flow runs start in the checkout (the deployments' pull step), and
+        # a relative default would put their state there instead of beside this server and MLflow UI
+        api = {**env, "PREFECT_API_URL": f"{prefect_url}/api", "PASSBAND_HOME": str(settings.home)}
         subprocess.run([str(bin_dir / "prefect"), "work-pool", "create", WORK_POOL, "--type", "process",
                         "--overwrite"], env={**os.environ, **api}, check=True, stdout=subprocess.DEVNULL)
         _spawn(settings, "prefect-worker",
