@@ -1,0 +1,213 @@
+"""The `sft` flow: curriculum SFT in stages, each from the previous stage's final checkpoint.
+
+Per stage: load its datasets (curated artifacts, local chat files, or built-in worked math),
+mix by weight and band, drop eval prompts, chat-encode with the rollout template, train with
+packing and the chunked loss (training.sft.loop), committing checkpoints manifest-last. A rerun
+skips completed stages and continues a broken one from its last checkpoint (tasks/sft.py). With
+`eval` set, the held-out sets are scored before the first and after the last stage.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Literal
+
+from pydantic import Field, model_validator
+from prefect import flow
+
+from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from flows.config import Config
+from flows.summary import RunSummary
+from training.sft.config import StageConfig
+
+_STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Settings that change how a run proceeds, not what it produces: left out of the cache key.
+RUN_CONTROL_FIELDS = {"force", "resume", "kill_after_steps"}
+
+
+class WorkedMathSource(Config):
+    """Built-in SFT data: procedural math problems with template-written worked solutions ending in
+    \\boxed{answer}, each checked by the math verifier (curation/worked_math.py)."""
+
+    num_examples: int = Field(200, ge=1)
+    """Distinct problems to write solutions for (cycling over difficulty x sub-domain)."""
+    difficulties: list[int] = [0]
+    """Math suite difficulties to draw from (0 = one-digit arithmetic, the demo model's band)."""
+    subdomains: list[str] | None = None
+    """Math sub-domains (default: all five)."""
+    seed: int = 0
+    """Seed of the problem generators (their own namespace: not the suite's problems)."""
+
+
+class SFTEvalConfig(Config):
+    """Held-out evaluation before the first and after the last stage."""
+
+    suites: dict[str, ProblemSource] = {
+        "math": ProblemSource(suite="math", num_problems=32, seed=1000, difficulty=0, answer_format="boxed")}
+    """Eval set name -> problems; stage data whose prompt equals an eval prompt is dropped."""
+    datasets: dict[str, str] = {}
+    """Eval set name -> dataset artifact URI in the suite row schema (e.g. curate's eval_math)."""
+    math_answer_format: Literal["boxed", "plain"] = "boxed"
+    """What the math prompts ask for: `boxed` (last \\boxed{}) or `plain` (last number)."""
+    sampling: SamplingConfig = SamplingConfig(n=4, temperature=0.6, max_tokens=96)
+    """Samples per problem (pass@1..pass@n) and how they are drawn."""
+    engine: EngineConfig = EngineConfig()
+    """Engine that samples the eval completions."""
+
+    @model_validator(mode="after")
+    def _formats_agree(self) -> "SFTEvalConfig":
+        asked = {s.answer_format for s in self.suites.values() if s.suite == "math" and s.path is None}
+        if asked - {self.math_answer_format}:
+            raise ValueError(f"math suites ask for {sorted(asked)} but math_answer_format is "
+                             f"{self.math_answer_format!r}; make them agree")
+        return self
+
+
+class SFTConfig(Config):
+    """Curriculum SFT: stages in order, each starting from the previous stage's final checkpoint."""
+
+    model: str = "smollm2-135m-instruct"
+    """Starting checkpoint: `smollm2-135m-instruct`, a checkpoint artifact URI, or a local dir."""
+    stages: list[StageConfig] = [StageConfig(
+        name="format", datasets={"worked_math": 1.0}, max_length=384, num_steps=10, lr=3e-5,
+        warmup_steps=2, batch_tokens=2048, micro_batch_tokens=768, loss_chunk_size=256,
+        activation_checkpointing=True)]
+    """The curriculum. A stage's dataset names are keys of `generated`, dataset artifact URIs
+    (file://, s3://; e.g. curate's sft_stage1) or local .jsonl/.parquet chat-format files."""
+    generated: dict[str, WorkedMathSource] = {"worked_math": WorkedMathSource()}
+    """Built-in data sources by name; only those a stage names are generated."""
+    eval: SFTEvalConfig | None = None
+    """Held-out evaluation before and after (None: skip)."""
+    resume: bool = True
+    """Skip stages whose final checkpoint exists and continue a stage from its newest checkpoint;
+    false retrains every stage from its start (replacing its checkpoints)."""
+    force: bool = False
+    """Run even when this exact config already completed (otherwise its summary is reused)."""
+    kill_after_steps: int | None = Field(None, ge=0)
+    """Testing: raise after this many optimizer steps of this run, before that step's checkpoint,
+    as a kill would; a rerun then continues from the last checkpoint."""
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> "SFTConfig":
+        names = [stage.name for stage in self.stages]
+        if not names:
+            raise ValueError("stages is empty")
+        bad = [name for name in names if not _STAGE_NAME.fullmatch(name)]
+        if bad or len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique and use letters, digits and ._- (got {names})")
+        return self
+
+
+def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> dict[str, str]:
+    """Each dataset name the stages use -> the URI or path its rows are read from."""
+    from tasks import tracking
+    from tasks.datasets import read_table
+    from tasks.sft_data import commit_worked_math
+
+    refs: dict[str, str] = {}
+    for name in dict.fromkeys(name for stage in config.stages for name in stage.datasets):
+        if name in config.generated:
+            refs[name] = commit_worked_math(config.generated[name].model_dump(), eval_prompts)
+        else:
+            refs[name] = name
+        if refs[name].startswith(("file://", "s3://")):
+            tracking.log_dataset(refs[name], name, "training", read_table(refs[name]), run_id)
+    return refs
+
+
+def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: str, step: int,
+              run_id: str) -> dict[str, float]:
+    """Score `model_dir` on the eval sets; log every metric under `prefix/`, return the per-set ones."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from tasks import tracking
+    from tasks.evaluation import evaluate_checkpoint, verifier_settings_for
+    from training.engines.protocol import SamplingSettings
+
+    settings = SamplingSettings(seed=config.engine.seed, **config.sampling.model_dump(exclude={"stop"}),
+                                stop=tuple(config.sampling.stop))
+    report, rows = evaluate_checkpoint(model_dir, eval_sets, settings, config.engine.kind,
+                                       config.engine.model_dump(), verifier_settings_for(config.math_answer_format))
+    metrics = {f"{prefix}/{name}": value for name, value in report.metrics().items()}
+    tracking.log_metrics(metrics, step=step, run_id=run_id)
+    with tempfile.TemporaryDirectory(prefix="passband-sft-eval-") as tmp:
+        path = Path(tmp) / f"{prefix}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        tracking.log_artifact_file(path, "eval", run_id)
+    return {name: value for name, value in metrics.items() if name.count("/") == 2}  # before/math/pass@1
+
+
+@flow(name="sft")
+def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> RunSummary:
+    """Train the stages in order; outputs every stage's final checkpoint, the last as `checkpoint`."""
+    from prefect.logging import get_run_logger
+
+    from tasks import tracking
+    from tasks.cache import load_cached_summary, save_summary, stage_key
+    from tasks.evaluation import eval_sets_from
+    from tasks.model import resolve_model
+    from tasks.sft import log_model, sft_stage_key, train_sft_stage
+    from tasks.sft_data import stage_examples
+    from training.model_source import load_tokenizer
+    from training.sft.loop import data_fingerprint
+
+    logger = get_run_logger()
+    started = time.perf_counter()
+    tracking.configure()
+    with tracking.start_run("sft", parent_run_id=parent_run_id) as run_id:
+        resolved = config.model_dump(mode="json")
+        tracking.log_config(resolved, run_id)
+        cache_key = stage_key("sft", {k: v for k, v in resolved.items() if k not in RUN_CONTROL_FIELDS})
+        cached = None if config.force else load_cached_summary(cache_key)
+        if cached is not None:
+            logger.info("reusing the completed sft run %s", cached["mlflow_run_id"])
+            return RunSummary(**cached)
+
+        model_dir = resolve_model(config.model)
+        tokenizer = load_tokenizer(model_dir)
+        eval_sets = {}
+        metrics: dict[str, float] = {}
+        if config.eval is not None:
+            eval_sets = eval_sets_from(config.eval.datasets, {n: s.model_dump() for n, s in config.eval.suites.items()},
+                                       run_id=run_id)
+            metrics |= _evaluate(model_dir, eval_sets, config.eval, "before", 0, run_id)
+        eval_prompts = [row["prompt"] for rows in eval_sets.values() for row in rows]
+        refs = _dataset_refs(config, eval_prompts, run_id)
+        outputs = {f"data_{name}": ref for name, ref in refs.items()}
+
+        start_from, start_dir, step_offset = config.model, model_dir, 0
+        kill_budget = config.kill_after_steps
+        peak_memory_mb, tokens_per_s = 0.0, []
+        for index, stage in enumerate(config.stages, start=1):
+            stage_refs = {name: refs[name] for name in stage.datasets}
+            examples = stage_examples(stage, stage_refs, tokenizer, eval_prompts, run_id)
+            key = sft_stage_key(stage, stage_refs, start_from, data_fingerprint(examples))
+            outcome = train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset,
+                                      kill_budget, run_id)
+            step_offset += outcome.total_steps
+            kill_budget = None if kill_budget is None else kill_budget - outcome.steps_run
+            metrics[f"{stage.name}/final_loss"] = outcome.final_loss
+            metrics[f"{stage.name}/num_steps"] = float(outcome.total_steps)
+            if outcome.steps_run:
+                metrics[f"{stage.name}/tokens_per_s"] = outcome.tokens_per_s
+                tokens_per_s.append(outcome.tokens_per_s)
+                peak_memory_mb = max(peak_memory_mb, outcome.peak_memory_mb)
+            outputs[f"stage{index}_checkpoint"] = outcome.checkpoint_uri
+            start_from, start_dir = outcome.checkpoint_uri, resolve_model(outcome.checkpoint_uri)
+        outputs["checkpoint"] = start_from
+
+        if config.eval is not None:
+            metrics |= _evaluate(start_dir, eval_sets, config.eval, "after", step_offset, run_id)
+        log_model(start_from, run_id)
+        if tokens_per_s:  # "train/" keeps them apart from the per-step series of the same names
+            metrics["train/tokens_per_s"] = sum(tokens_per_s) / len(tokens_per_s)
+            metrics["train/peak_memory_mb"] = peak_memory_mb
+        metrics["wall_s"] = time.perf_counter() - started
+        tracking.log_metrics({k: v for k, v in metrics.items() if not k.startswith(("before/", "after/"))},
+                             step=step_offset, run_id=run_id)
+        summary = RunSummary(flow="sft", mlflow_run_id=run_id, outputs=outputs, metrics=metrics)
+        save_summary(cache_key, "sft", resolved, summary.model_dump())
+    return summary

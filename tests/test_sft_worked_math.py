@@ -1,0 +1,41 @@
+"""Built-in SFT data: worked solutions written from the problem's numbers, each verified."""
+
+import re
+from fractions import Fraction
+
+from curation.suites.math_problems import MathProblem
+from curation.suites.math_suite import generate_math
+from curation.worked_math import worked_completion, worked_math_rows
+
+
+def test_completions_by_hand():
+    cases = [
+        (MathProblem("expression", "What is 6 + 1?", Fraction(7), {"expression": "6 + 1"}),
+         "6 + 1 = 7. The answer is \\boxed{7}."),
+        (MathProblem("linear_equation", "Solve for x: x + 5 = 13.", Fraction(8), {"equation": "x + 5 = 13"}),
+         "Subtract 5 from both sides: x = 13 - 5 = 8. The answer is \\boxed{8}."),
+        (MathProblem("linear_equation", "Solve for x: x - 7 = -6.", Fraction(1), {"equation": "x - 7 = -6"}),
+         "Add 7 to both sides: x = -6 + 7 = 1. The answer is \\boxed{1}."),
+        (MathProblem("remainder", "What is the remainder when 17 is divided by 5?", Fraction(2), {"a": 17, "m": 5}),
+         "17 = 5 × 3 + 2, so the remainder is 2. The answer is \\boxed{2}."),
+        (MathProblem("triangle_area", "A triangle has base 3 and height 5.", Fraction(15, 2), {"base": 3, "height": 5}),
+         "Area = base × height / 2 = 3 × 5 / 2 = \\frac{15}{2}. The answer is \\boxed{\\frac{15}{2}}."),
+        (MathProblem("totient", "How many integers ...", Fraction(4), {"n": 10}),
+         "Working through the problem step by step gives 4. The answer is \\boxed{4}."),
+    ]
+    for problem, expected in cases:
+        assert worked_completion(problem) == expected
+
+
+def test_rows_are_distinct_verified_and_not_the_suite_sample():
+    rows, quarantined = worked_math_rows(40, seed=0, difficulties=[0, 1])
+    assert quarantined == [] and len(rows) == 40
+    assert len({row["prompt"] for row in rows}) == 40
+    assert {row["difficulty"] for row in rows} == {0, 1}
+    for row in rows:
+        assert row["prompt"].endswith("Put the final answer in \\boxed{}.")
+        assert re.search(r"\\boxed\{(.+)\}\.$", row["completion"]).group(1) == row["reference"]
+    # Own generator namespace: the suite's own rows for the same seed are a different draw.
+    suite = generate_math(40, 0, 1, None, "boxed")
+    shared = {r["prompt"] for r in rows} & {r["prompt"] for r in suite}
+    assert len(shared) < 10
