@@ -1,0 +1,141 @@
+"""Settings of the `rl` flow (RECIPE sections 4-7): data mix, rollouts, the update, rewards,
+checkpoints and held-out evaluation. The update's own settings are `training.rl.config.RLAlgoConfig`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from flows.config import Config
+from training.rl.config import RLAlgoConfig
+
+TASKS = ("math", "code", "ifeval")
+# Settings that change how a run proceeds, not what it produces: left out of the cache and run keys.
+RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run"}
+
+
+class RolloutSampling(Config):
+    """How the G rollouts of each prompt are sampled (temperature > 0: log-probs need it)."""
+
+    temperature: float = Field(1.0, gt=0)
+    """Softmax temperature; must equal algo.temperature, which the trainer's log-probs use."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus mass; < 1 widens the trainer/engine gap unless corrected."""
+    max_tokens: int = Field(96, ge=1)
+    """Generated tokens per rollout; a rollout that reaches it is truncated (masked by default)."""
+    stop: list[str] = []
+    """Extra stop strings (EOS always stops)."""
+
+
+class RewardConfig(Config):
+    """How rollouts are scored by the task verifiers (curation.verifiers.verify)."""
+
+    math_answer_format: Literal["boxed", "plain"] = "plain"
+    """What the math prompts ask for; picks the extraction rule (plain -> last number, boxed ->
+    last \\boxed{}). Training and eval math suites must ask for the same."""
+    ifeval_mode: Literal["strict", "loose"] = "strict"
+    """IFEval checking mode (loose also tries the text without its first/last line)."""
+    mask_truncated: bool = True
+    """Mask rollouts that hit max_tokens out of the gradient (RECIPE 4: a cut output is unparsable)."""
+
+
+class RLEvalConfig(Config):
+    """Held-out evaluation before the first iteration, every `every` iterations, and after the last."""
+
+    suites: dict[str, ProblemSource] = {
+        "math": ProblemSource(suite="math", num_problems=16, seed=9001, difficulty=0),
+        "code": ProblemSource(suite="code", num_problems=8, seed=9001, difficulty=0),
+        "ifeval": ProblemSource(suite="ifeval", num_problems=8, seed=9001, difficulty="easy"),
+    }
+    """Eval set name -> problems; training prompts equal to an eval prompt are dropped."""
+    datasets: dict[str, str] = {}
+    """Eval set name -> dataset artifact URI (e.g. curate's eval_math)."""
+    sampling: SamplingConfig = SamplingConfig(n=4, temperature=1.0, max_tokens=96)
+    """n samples per problem give pass@1..pass@n."""
+    every: int = Field(0, ge=0)
+    """Evaluate (and checkpoint) every this many iterations; 0: only before and after."""
+    best_metric: str = "mean/pass@1"
+    """Higher is better; `mean/pass@k` (mean over eval sets) or `<eval set>/pass@k`. The
+    checkpoint that maximizes it is the `best_checkpoint` output."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "RLEvalConfig":
+        if not self.suites and not self.datasets:
+            raise ValueError("eval needs at least one suite or dataset (or set eval: null)")
+        name, _, stat = self.best_metric.partition("/")
+        valid_names = {"mean", *self.suites, *self.datasets}
+        if name not in valid_names or not stat.startswith("pass@") or not stat[5:].isdigit():
+            raise ValueError(f"best_metric {self.best_metric!r} must be '<name>/pass@<k>' with name in {sorted(valid_names)}")
+        if int(stat[5:]) > self.sampling.n or int(stat[5:]) < 1:
+            raise ValueError(f"best_metric {self.best_metric!r} needs 1 <= k <= eval.sampling.n={self.sampling.n}")
+        return self
+
+
+class RLConfig(Config):
+    """Multi-task RL: rollouts from the engine, verifier rewards, clipped-surrogate updates, weight sync."""
+
+    model: str = "smollm2-135m-instruct"
+    """Starting checkpoint (also the KL reference): `smollm2-135m-instruct`, an SFT checkpoint URI, or a dir."""
+    datasets: dict[str, str | ProblemSource] = {
+        "math": ProblemSource(suite="math", num_problems=256, seed=0, difficulty=0),
+        "code": ProblemSource(suite="code", num_problems=128, seed=0, difficulty=0),
+        "ifeval": ProblemSource(suite="ifeval", num_problems=128, seed=0, difficulty="easy"),
+    }
+    """Task (math, code, ifeval) -> curate's `rl_<task>` artifact URI or a problem source."""
+    task_weights: dict[str, float] = {}
+    """Task -> share of every batch's prompts (relative; a task not listed weighs 1)."""
+    system_prompt: str | None = None
+    """System message for the chat template (None: the model's default)."""
+    prompts_per_step: int = Field(8, ge=1)
+    """Prompts per outer iteration (P); the batch holds P x group_size rollouts."""
+    group_size: int = Field(8, ge=2)
+    """G: rollouts per prompt; advantages are relative to the prompt's group."""
+    num_iterations: int = Field(10, ge=1)
+    """Outer iterations (rollouts -> scoring -> algo.num_inner_steps updates -> weight sync)."""
+    seed: int = 0
+    """Seed of the prompt order, Clip-Cov's choices and (hf engine) each iteration's sampling."""
+    sampling: RolloutSampling = RolloutSampling()
+    """How rollouts are sampled."""
+    engine: EngineConfig = EngineConfig(kv_cache_gib=1.0)
+    """Rollout engine; it lives beside the fp32 trainer, so keep its KV cache small."""
+    algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
+    """The update: objective, clipping, inner steps, mismatch correction, KL, entropy options."""
+    reward: RewardConfig = RewardConfig()
+    """Verifier settings."""
+    checkpoint_every: int = Field(5, ge=0)
+    """Commit a checkpoint every this many iterations (0: only at eval points and the end)."""
+    eval: RLEvalConfig | None = RLEvalConfig()
+    """Held-out evaluation (None: skip; then best_checkpoint is the final one)."""
+    resume: bool = True
+    """Continue from the newest committed checkpoint of this exact config; false starts over."""
+    force: bool = False
+    """Run even when this exact config already completed (otherwise its summary is reused)."""
+    max_iterations_this_run: int | None = Field(None, ge=1)
+    """Stop (with a checkpoint) after this many iterations of this run; a rerun continues.
+    The summary's status is then 'partial' and nothing is cached."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "RLConfig":
+        unknown = sorted(set(self.datasets) - set(TASKS))
+        if not self.datasets or unknown:
+            raise ValueError(f"datasets keys must be tasks from {TASKS} (got {sorted(self.datasets)})")
+        stray = sorted(set(self.task_weights) - set(self.datasets))
+        if stray or any(w <= 0 for w in self.task_weights.values()):
+            raise ValueError(f"task_weights must be positive and name tasks in datasets (bad: {stray or self.task_weights})")
+        if self.algo.temperature != self.sampling.temperature:
+            raise ValueError(f"algo.temperature={self.algo.temperature} must equal sampling.temperature="
+                             f"{self.sampling.temperature}: the trainer's log-probs must match the sampled distribution")
+        suites = [s for s in self.datasets.values() if isinstance(s, ProblemSource)]
+        if self.eval is not None:
+            suites += list(self.eval.suites.values())
+        asked = {s.answer_format for s in suites if s.suite == "math" and s.path is None}
+        if asked - {self.reward.math_answer_format}:
+            raise ValueError(f"math suites ask for {sorted(asked)} but reward.math_answer_format is "
+                             f"{self.reward.math_answer_format!r}; make them agree")
+        return self
+
+    def weights(self) -> dict[str, float]:
+        """Every task's weight (1 where task_weights does not name it)."""
+        return {task: self.task_weights.get(task, 1.0) for task in sorted(self.datasets)}

@@ -1,0 +1,158 @@
+"""The rl flow end to end with the hf engine.
+
+1. The real SmolLM2 on 2 prompts x G=4 (math + ifeval), 2 iterations: per-task metrics exist,
+   the fp32 hf engine and the trainer agree (vllm_kl ~ 0), weights move, evals before/after.
+2. Resume, on a tiny Llama taught here to answer "1" or "2" (so math rewards vary): a run of 2
+   iterations vs a run stopped after 1 and rerun; same prompts per iteration, same final weights.
+"""
+
+import json
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from prefect.testing.utilities import prefect_test_harness
+from safetensors.torch import load_file
+
+from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from flows.rl import RLConfig, RLEvalConfig, RolloutSampling, rl
+from tasks.store import fetch_artifact
+from tiny_chat_model import tiny_llama, tiny_tokenizer
+from training.chat import encode_sft_example
+from training.rl.config import RLAlgoConfig
+
+PER_TASK = ("reward", "pass_rate", "unparsable_frac", "response_len_mean", "response_len_max", "truncated_frac",
+            "zero_variance_group_frac")
+OVERALL = ("vllm_kl", "entropy", "trainer_ppl", "advantages_std", "grad_norm", "lr", "clip_frac_low", "clip_frac_high",
+           "ratio_max", "mismatch_ratio_max", "mismatch_masked_token_frac", "mismatch_masked_seq_frac",
+           "rollout_tokens_per_s", "train_tokens_per_s", "seconds/rollout", "seconds/scoring", "seconds/training",
+           "seconds/weight_sync", "zero_variance_group_frac")
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with prefect_test_harness(server_startup_timeout=300):  # the shared 2-core box can be slow to start it
+        yield
+
+
+def _weights(checkpoint_uri):
+    return load_file(str(fetch_artifact(checkpoint_uri) / "model.safetensors"))
+
+
+def test_real_model_two_iterations(harness, smollm2_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PASSBAND_EXPERIMENT", "test-rl")
+    config = RLConfig(
+        model=str(smollm2_dir),
+        datasets={"math": ProblemSource(suite="math", num_problems=16, seed=3, difficulty=0),
+                  "ifeval": ProblemSource(suite="ifeval", num_problems=16, seed=3, difficulty="easy")},
+        prompts_per_step=2, group_size=4, num_iterations=2, seed=0,
+        sampling=RolloutSampling(max_tokens=16), engine=EngineConfig(kind="hf"),
+        algo=RLAlgoConfig(lr=1e-5, micro_batch_size=4), checkpoint_every=0,
+        eval=RLEvalConfig(suites={"math": ProblemSource(suite="math", num_problems=1, seed=9001)},
+                          sampling=SamplingConfig(n=2, max_tokens=16), best_metric="math/pass@2"),
+    )
+    summary = rl(config)
+    metrics = summary.metrics
+    assert summary.status == "completed"
+    for task in ("math", "ifeval"):
+        for name in PER_TASK:
+            assert f"{task}/{name}" in metrics, f"{task}/{name}"
+    for name in (*OVERALL, "before/math/pass@1", "after/math/pass@2", "eval/math/pass@1", "eval/mean/pass@1"):
+        assert name in metrics, name
+    # fp32 transformers sampling and the fp32 trainer compute the same distribution.
+    assert metrics["vllm_kl"] < 1e-3
+    history = MlflowClient().get_metric_history(summary.mlflow_run_id, "math/reward")
+    assert sorted(m.step for m in history) == [1, 2]
+    zero_variance = [m.value for m in MlflowClient().get_metric_history(summary.mlflow_run_id, "zero_variance_group_frac")]
+    assert min(zero_variance) < 1.0, "no group had reward variance: no gradient, pick another seed"
+    start = load_file(str(smollm2_dir / "model.safetensors"))
+    final = _weights(summary.outputs["checkpoint"])
+    assert any(not torch.equal(start[name], final[name]) for name in final)
+    assert summary.outputs["best_checkpoint"].rsplit("/", 1)[1] == "iter-000002"  # the only eval point after training
+
+
+# ---- resume, on a tiny model -------------------------------------------------------------
+
+TRAIN_PROMPTS = [f"q{i}" for i in range(8)]
+EVAL_PROMPTS = ["e0", "e1"]
+
+
+def _digit_model(path):
+    """A tiny Llama fitted to answer "1" or "2" (about half each) to any of our prompts."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(seed=0)
+    examples = [encode_sft_example(tokenizer, p, answer, 64) for p in TRAIN_PROMPTS + EVAL_PROMPTS for answer in "12"]
+    width = max(len(ids) for ids, _ in examples)
+    ids = torch.tensor([i + [0] * (width - len(i)) for i, _ in examples])
+    mask = torch.tensor([m + [0] * (width - len(m)) for _, m in examples], dtype=torch.float32)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        logp = torch.log_softmax(model(input_ids=ids).logits[:, :-1], dim=-1)
+        token_logp = logp.gather(2, ids[:, 1:, None]).squeeze(-1)
+        loss = -(token_logp * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def _rows_file(path, prompts):
+    path.write_text("".join(json.dumps({"id": p, "task": "math", "prompt": p, "reference": "1"}) + "\n" for p in prompts))
+    return str(path)
+
+
+def _tiny_config(tmp, **overrides):
+    return RLConfig(
+        model=str(tmp / "digits"),
+        datasets={"math": ProblemSource(suite=None, path=str(tmp / "train.jsonl"), task="math", num_problems=8)},
+        prompts_per_step=2, group_size=4, num_iterations=2, seed=7,
+        sampling=RolloutSampling(max_tokens=4), engine=EngineConfig(kind="hf"),
+        algo=RLAlgoConfig(lr=1e-2, micro_batch_size=3), checkpoint_every=1,
+        eval=RLEvalConfig(suites={"math": ProblemSource(suite=None, path=str(tmp / "eval.jsonl"), task="math")},
+                          sampling=SamplingConfig(n=2, max_tokens=4), every=1),
+        **overrides,
+    )
+
+
+def _state(uri):
+    return json.loads((fetch_artifact(uri) / "trainer_state.json").read_text())
+
+
+def test_stopped_and_resumed_run_matches_uninterrupted(harness, tmp_path, monkeypatch):
+    _digit_model(tmp_path / "digits")
+    _rows_file(tmp_path / "train.jsonl", TRAIN_PROMPTS)
+    _rows_file(tmp_path / "eval.jsonl", EVAL_PROMPTS)
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PASSBAND_EXPERIMENT", "test-rl-resume")
+    monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root_a"))
+    full = rl(_tiny_config(tmp_path))
+    again = rl(_tiny_config(tmp_path))
+    assert again.mlflow_run_id == full.mlflow_run_id  # the completed config is reused, not rerun
+
+    monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root_b"))
+    partial = rl(_tiny_config(tmp_path, max_iterations_this_run=1))
+    assert partial.status == "partial" and partial.outputs["checkpoint"].endswith("iter-000001")
+    resumed = rl(_tiny_config(tmp_path))
+    assert resumed.status == "completed"
+
+    def iteration_uris(summary):
+        final = summary.outputs["checkpoint"]
+        return [final.replace("iter-000002", f"iter-{i:06d}") for i in (1, 2)]
+
+    full_states = [_state(uri) for uri in iteration_uris(full)]
+    resumed_states = [_state(uri) for uri in iteration_uris(resumed)]
+    assert [s["prompt_ids"] for s in resumed_states] == [s["prompt_ids"] for s in full_states]
+    seen = [p for s in full_states for p in s["prompt_ids"]]
+    assert len(seen) == len(set(seen)) == 4  # one epoch of 8 prompts: nothing repeats yet
+    assert resumed_states[1]["consumed"] == full_states[1]["consumed"] == {"math": 4}
+    # The updates had signal (else equal weights would prove nothing) and are bit-identical.
+    assert full.metrics["zero_variance_group_frac"] < 1.0 or full_states[0]["metrics"]["zero_variance_group_frac"] < 1.0
+    start = load_file(str(tmp_path / "digits" / "model.safetensors"))
+    full_weights, resumed_weights = _weights(full.outputs["checkpoint"]), _weights(resumed.outputs["checkpoint"])
+    assert any(not torch.equal(start[name], full_weights[name]) for name in full_weights)
+    assert all(torch.equal(full_weights[name], resumed_weights[name]) for name in full_weights)
+    assert resumed.metrics["math/reward"] == full.metrics["math/reward"]
+    assert resumed.metrics["before/math/pass@1"] == full.metrics["before/math/pass@1"]  # kept in the checkpoint
+    assert resumed.outputs["best_checkpoint"].rsplit("/", 1)[1] == full.outputs["best_checkpoint"].rsplit("/", 1)[1]
