@@ -1,0 +1,204 @@
+"""The curate flow's config: pools, eval splits, pass-rate sampling, bands, balance, hygiene, SFT.
+
+Defaults follow RECIPE section 2 (bands from curation.bands.REFERENCE_BANDS, the SFT rule
+0 < npass < n); the presets size the pools for the demo model (RECIPE section 10).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from flows.common_config import EngineConfig, ProblemSource
+from flows.config import Config
+
+TASK_NAMES = ("math", "code", "ifeval")
+
+
+class TaskPool(Config):
+    """One task's problem pool and what is done with it."""
+
+    enabled: bool = True
+    """Curate this task (a disabled task gets no outputs)."""
+    source: ProblemSource
+    """Where the pool comes from; `num_problems` is the whole pool, eval split included."""
+    weight: float = Field(1.0, gt=0)
+    """The task's RL set size relative to the aligned size (1.0 = the same as the others)."""
+    eval_size: int = Field(8, ge=0)
+    """Problems held out of the pool for evaluation before any filtering (disjoint ids)."""
+    band: str | None = None
+    """Pass-rate band kept for RL, interval notation like "(0, 0.8]" (None: the recipe's band)."""
+    proportions: dict[str, float] | None = None
+    """Sub-domain weights for stratified sampling (None: equal shares over the sub-domains present)."""
+
+
+class PassRateConfig(Config):
+    """How pass rates are estimated: n rollouts of top_k attempts each, verified."""
+
+    n: int = Field(4, ge=1)
+    """Rollouts per problem (RECIPE: 5; SFT selection reuses these samples)."""
+    top_k: int = Field(1, ge=1)
+    """Attempts per rollout; a rollout solves a problem if any of its attempts passes."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus mass."""
+    max_tokens: int = Field(128, ge=1)
+    """Generated tokens per attempt."""
+    stop: list[str] = []
+    """Extra stop strings."""
+    shard_size: int = Field(16, ge=1)
+    """Problems per stored shard: the unit of reuse when a run is repeated or resumed."""
+
+
+class PrefilterConfig(Config):
+    """A cheap pre-filter on a pass-rate column the data already carries, before any rollout."""
+
+    column: str | None = None
+    """Column to filter on, e.g. "pass_rate_qwen" (None: no pre-filter)."""
+    band: str = "(0, 10/16]"
+    """Kept interval of that column."""
+    keep_missing: bool = False
+    """Keep rows without the column (the rollouts decide about them) instead of removing them."""
+
+
+class BalanceConfig(Config):
+    """Stratification over sub-domains and size alignment across tasks."""
+
+    stratify_key: str | None = "subdomain"
+    """Row column to stratify on (None: a uniform draw per task)."""
+    align_sizes: bool = True
+    """Subsample every task's RL set to the target size (no upsampling)."""
+    target_size: int | None = Field(None, ge=1)
+    """RL rows per task (times its weight); None: the smallest in-band task pool."""
+    seed: int = 0
+    """Seed of the draws."""
+
+
+class HygieneConfig(Config):
+    """Duplicate removal and decontamination of the training pools."""
+
+    near_dup_threshold: float = Field(0.8, gt=0, le=1)
+    """Prompt token-n-gram Jaccard at which a later prompt counts as a near duplicate."""
+    near_dup_ngram: int = Field(3, ge=1)
+    """n of the near-duplicate shingles (short prompts want a small n)."""
+    decontam_ngram: int = Field(10, ge=1)
+    """n of the decontamination n-grams."""
+    decontam_threshold: float = Field(0.6, gt=0, le=1)
+    """Fraction of an eval prompt's n-grams found in a training prompt that removes the latter.
+    Templated suites share instruction sentences; 10-grams at 0.6 leave those alone and catch
+    copies (measured on the demo pools: see the flow's removed/ counts)."""
+    against_humaneval: bool = True
+    """Also decontaminate against HumanEval's 164 prompts."""
+
+
+class SFTConfig(Config):
+    """Selection of SFT traces from the pass-rate rollouts, and the stage split."""
+
+    enabled: bool = True
+    """Build the SFT sets."""
+    stage2_bands: list[str] = ["hard"]
+    """Difficulty bands whose rollout traces go to stage 2 (with synthetic and correction data)."""
+    system_prompt: str | None = None
+    """System message of rollouts and SFT rows (None: the model's default)."""
+    structure_sections: list[tuple[str, str]] = []
+    """(open, close) markers every trace must contain, e.g. [["<think>", "</think>"]]."""
+    min_topic_words: int = Field(1, ge=0)
+    """ifeval consistency: content words a response must share with its prompt."""
+    perplexity: bool = True
+    """Record the student's perplexity on every kept trace."""
+    max_perplexity: float | None = Field(None, gt=0)
+    """Drop traces above this student perplexity (None: no cap)."""
+
+
+class CorrectionConfig(Config):
+    """Failure-driven correction: more attempts on problems the student never solved."""
+
+    enabled: bool = True
+    """Build the correction set."""
+    max_problems: int = Field(16, ge=0)
+    """Failed problems per task to retry (the first ones in pool order)."""
+    n: int = Field(8, ge=1)
+    """Attempts per failed problem."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of the retries."""
+
+
+class SyntheticConfig(Config):
+    """Synthetic SFT queries from the suites' templates, answered by a teacher, verified."""
+
+    enabled: bool = True
+    """Build the synthetic set."""
+    num_queries: int = Field(16, ge=0)
+    """Queries per task (the pool's generator at seed + seed_offset)."""
+    seed_offset: int = 1000
+    """Added to the pool's seed so synthetic queries are fresh draws of the same templates."""
+    framings: list[str] = ["{prompt}", "Question: {prompt}"]
+    """Phrasing templates with a {prompt} placeholder, applied round-robin."""
+    n: int = Field(4, ge=1)
+    """Teacher responses per query."""
+    temperature: float = Field(1.0, ge=0)
+    """Teacher sampling temperature."""
+
+
+def _default_pool(suite: str, difficulty: int | str) -> TaskPool:
+    return TaskPool(source=ProblemSource(suite=suite, num_problems=40, difficulty=difficulty))
+
+
+class CurateConfig(Config):
+    """Build RL, SFT and eval sets from problem pools, by the pass rates of the model to be trained."""
+
+    model: str = "smollm2-135m-instruct"
+    """The checkpoint that will be trained next (its pass rates decide): shipped name, URI or dir."""
+    teacher: str | None = None
+    """Model answering synthetic and correction queries (None: the student, for alignment)."""
+    math: TaskPool = _default_pool("math", 0)
+    """Math pool (default: the procedural suite at difficulty 0, plain answers)."""
+    code: TaskPool = _default_pool("code", 0)
+    """Code pool (default: procedural tiny functions)."""
+    ifeval: TaskPool = _default_pool("ifeval", "easy")
+    """Instruction-following pool (default: the easy constraint kinds)."""
+    pass_rate: PassRateConfig = PassRateConfig()
+    """Pass-rate sampling."""
+    engine: EngineConfig = EngineConfig()
+    """Rollout engine for pass rates, corrections and synthetic responses."""
+    prefilter: PrefilterConfig = PrefilterConfig()
+    """Optional pre-filter on a carried pass-rate column."""
+    difficulty_edges: list[float] = [0.0, 0.3, 0.7, 1.0]
+    """Pass-rate edges of the difficulty labels: p=0 unsolved, (0,e1] hard, ..., p=1 solved."""
+    difficulty_labels: list[str] = ["unsolved", "hard", "medium", "easy", "solved"]
+    """len(edges) + 1 labels, from never solved to always solved."""
+    histogram_bins: int = Field(10, ge=1)
+    """Bins of the pass-rate histogram."""
+    balance: BalanceConfig = BalanceConfig()
+    """Stratification and size alignment of the RL sets."""
+    hygiene: HygieneConfig = HygieneConfig()
+    """Dedup and decontamination."""
+    sft: SFTConfig = SFTConfig()
+    """SFT selection and stages."""
+    correction: CorrectionConfig = CorrectionConfig()
+    """Failure-driven correction set."""
+    synthetic: SyntheticConfig = SyntheticConfig()
+    """Synthetic queries and teacher responses."""
+    holdout_seed: int = 0
+    """Seed of the eval hold-out draw."""
+    force: bool = False
+    """Recompute even if this exact stage completed before (shards are still reused)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CurateConfig":
+        if not self.pools():
+            raise ValueError("every task is disabled; enable at least one of math, code, ifeval")
+        for task_name, pool in self.pools().items():
+            source = pool.source
+            if source.path is None and source.suite not in (task_name, "humaneval" if task_name == "code" else task_name):
+                raise ValueError(f"{task_name}.source.suite is {source.suite!r}; it must be {task_name!r}")
+            if source.path is not None and source.task != task_name:
+                raise ValueError(f"{task_name}.source.task is {source.task!r}; it must be {task_name!r}")
+            if pool.eval_size >= pool.source.num_problems:
+                raise ValueError(f"{task_name}.eval_size ({pool.eval_size}) must be below "
+                                 f"{task_name}.source.num_problems ({pool.source.num_problems})")
+        return self
+
+    def pools(self) -> dict[str, TaskPool]:
+        """The enabled task pools by task name."""
+        return {name: getattr(self, name) for name in TASK_NAMES if getattr(self, name).enabled}

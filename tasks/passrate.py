@@ -1,0 +1,231 @@
+"""Sharded, resumable pass-rate estimation: n verified rollouts per problem, one artifact per shard.
+
+Problems are cut into shards (curation.passrate.split_into_shards). A shard's result, the
+per-problem summary and the per-sample rows, is committed as the artifact
+`passrate/<shard_key>`, where the key hashes the shard's problem ids, the checkpoint id (model
+ref + hash of its weights' manifest), the sampling settings and the verifier version. Before
+sampling a shard its key is looked up: a committed shard is read back, not recomputed, so a
+repeated run does no sampling and a crashed run resumes at the first missing shard. The engine
+is opened only when some shard is missing (LazyEngine), and counts its generate calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from prefect import task
+from prefect.cache_policies import NONE
+from prefect.logging import get_logger
+
+from curation.passrate import shard_key, split_into_shards, summarize_attempts
+from curation.verifiers import verify
+from tasks.provenance import code_version, config_hash
+from tasks.store import open_store
+
+SUMMARY_FILE = "summary.parquet"
+SAMPLES_FILE = "samples.parquet"
+VERIFIER_SOURCES = ("curation/verifiers", "curation/passrate.py")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+logger = get_logger("passband.passrate")
+
+
+@functools.cache
+def verifier_version() -> str:
+    """12 hex of a sha256 over the verifiers' and the pass-rate arithmetic's source files.
+
+    Narrower than code_version(): editing a flow or a trainer does not invalidate stored shards,
+    editing how a sample is judged does.
+    """
+    digest = hashlib.sha256()
+    for relative in VERIFIER_SOURCES:
+        path = REPO_ROOT / relative
+        for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(source.relative_to(REPO_ROOT).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(source.read_bytes()).digest())
+    return digest.hexdigest()[:12]
+
+
+def checkpoint_id(model_ref: str, model_dir: str) -> str:
+    """`<ref>@<16 hex>`: the hex hashes the sha256 of every weight/config file of the checkpoint.
+
+    For a committed artifact (the shipped model, an artifact URI) the file hashes come from its
+    manifest, so nothing is re-read; for a plain directory the files are hashed here.
+    """
+    from tasks.model import SMOLLM2_KEY
+    from training.model_source import SMOLLM2_NAME
+
+    if model_ref == SMOLLM2_NAME:
+        files = open_store().manifest(SMOLLM2_KEY)["files"]
+    elif model_ref.startswith(("file://", "s3://")):
+        root, _, name = model_ref.rstrip("/").rpartition("/")
+        files = open_store(root).manifest(name)["files"]
+    else:
+        files = {path.relative_to(model_dir).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+                 for path in sorted(Path(model_dir).rglob("*")) if path.is_file()}
+    return f"{model_ref}@{config_hash(files)[:16]}"
+
+
+class LazyEngine:
+    """A rollout engine opened on the first generate call; counts generate calls.
+
+    Opening vLLM costs ~1 minute here, so a run whose shards are all stored never opens it.
+    """
+
+    def __init__(self, kind: str, model_dir: str, engine_config: dict[str, Any]) -> None:
+        self.kind = kind
+        self.model_dir = model_dir
+        self.engine_config = engine_config
+        self.engine = None
+        self.num_generate_calls = 0
+        """How many times generate reached the engine (the count a reuse test asserts on)."""
+
+    def generate(self, prompts: list[str], settings):
+        if self.engine is None:
+            from tasks.rollout import open_engine
+
+            logger.info("opening %s engine on %s", self.kind, self.model_dir)
+            self.engine = open_engine(self.kind, self.model_dir, self.engine_config)
+        self.num_generate_calls += 1
+        return self.engine.generate(prompts, settings)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+
+@dataclass
+class PassRateResult:
+    """Per-problem summaries (aligned with the input rows) and per-sample rows of a whole pool."""
+
+    summaries: list[dict] = field(default_factory=list)
+    """One dict per problem: problem_id + curation.passrate.summarize_attempts fields."""
+    samples: list[dict] = field(default_factory=list)
+    """One dict per attempt: problem_id, task, sample_index, completion, finish_reason,
+    num_tokens, status, score, detail."""
+    shard_uris: list[str] = field(default_factory=list)
+    num_shards_reused: int = 0
+    num_shards_computed: int = 0
+    engine_calls: int = 0
+    """Engine generate calls made by this estimate (0 when every shard was stored)."""
+    seconds: float = 0.0
+
+
+@dataclass
+class SamplingTally:
+    """Totals over several estimates of one run: what was sampled and what was reused."""
+
+    engine_calls: int = 0
+    shards_reused: int = 0
+    shards_computed: int = 0
+
+    def add(self, result: PassRateResult) -> None:
+        self.engine_calls += result.engine_calls
+        self.shards_reused += result.num_shards_reused
+        self.shards_computed += result.num_shards_computed
+
+
+def estimate_pass_rates(
+    rows: list[dict],
+    engine: LazyEngine,
+    tokenizer: Any,
+    checkpoint: str,
+    sampling: dict[str, Any],
+    verify_settings: dict[str, dict[str, Any]],
+    shard_size: int,
+    system_prompt: str | None = None,
+) -> PassRateResult:
+    """Pass rates of `rows` (each {id, task, prompt, reference}) under the engine's model.
+
+    `sampling` holds n (rollouts per problem), top_k (attempts per rollout), temperature,
+    top_p, max_tokens, stop and seed, plus anything else that changes the samples (engine kind
+    and dtype); all of it goes into the shard key. `verify_settings[task]` are the keyword
+    arguments of curation.verifiers.verify for that task (e.g. the math extraction rule).
+    """
+    start = time.perf_counter()
+    calls_before = engine.num_generate_calls
+    result = PassRateResult()
+    key_settings = {**sampling, "system_prompt": system_prompt, "verify": verify_settings}
+    shards = split_into_shards(rows, shard_size)
+    for index, shard in enumerate(shards):
+        key = "passrate/" + shard_key([row["id"] for row in shard], checkpoint, key_settings, verifier_version())
+        if open_store().exists(key):
+            summaries, samples = load_shard(key)
+            result.num_shards_reused += 1
+            logger.info("shard %d/%d: reusing %s", index + 1, len(shards), key)
+        else:
+            summaries, samples = sample_shard(shard, engine, tokenizer, sampling, verify_settings, system_prompt)
+            commit_shard(key, summaries, samples, {"checkpoint": checkpoint, **key_settings,
+                                                   "problem_ids": [row["id"] for row in shard],
+                                                   "verifier_version": verifier_version()})
+            result.num_shards_computed += 1
+            logger.info("shard %d/%d: sampled %d problems", index + 1, len(shards), len(shard))
+        result.summaries.extend(summaries)
+        result.samples.extend(samples)
+        result.shard_uris.append(open_store().uri(key))
+    result.engine_calls = engine.num_generate_calls - calls_before
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@task(name="sample-shard", cache_policy=NONE)
+def sample_shard(
+    shard: list[dict], engine: LazyEngine, tokenizer: Any, sampling: dict[str, Any],
+    verify_settings: dict[str, dict[str, Any]], system_prompt: str | None,
+) -> tuple[list[dict], list[dict]]:
+    """Generate n * top_k attempts per problem, verify each, summarize per problem."""
+    from training.chat import render_prompt
+    from training.engines.protocol import SamplingSettings
+
+    num_attempts = sampling["n"] * sampling["top_k"]
+    settings = SamplingSettings(
+        n=num_attempts, temperature=sampling["temperature"], top_p=sampling["top_p"],
+        max_tokens=sampling["max_tokens"], stop=tuple(sampling["stop"]), seed=sampling["seed"],
+    )
+    prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for row in shard]
+    groups = engine.generate(prompts, settings)
+    samples = [
+        {"problem_id": row["id"], "task": row["task"], "sample_index": s.sample_index, "completion": s.text,
+         "finish_reason": s.finish_reason, "num_tokens": len(s.token_ids)}
+        for row, group in zip(shard, groups) for s in group
+    ]
+    references = {row["id"]: row["reference"] for row in shard}
+    for task_name in sorted({row["task"] for row in shard}):
+        indices = [i for i, s in enumerate(samples) if s["task"] == task_name]
+        results = verify(task_name, [samples[i]["completion"] for i in indices],
+                         [references[samples[i]["problem_id"]] for i in indices],
+                         **verify_settings.get(task_name, {}))
+        for i, verdict in zip(indices, results):
+            samples[i].update(status=verdict.status, score=verdict.score, detail=verdict.detail)
+    statuses = [[s["status"] for s in samples if s["problem_id"] == row["id"]] for row in shard]
+    summaries = [{"problem_id": row["id"], **summary}
+                 for row, summary in zip(shard, summarize_attempts(statuses, k=sampling["top_k"]))]
+    return summaries, samples
+
+
+@task(name="commit-shard", retries=2, retry_delay_seconds=2)
+def commit_shard(key: str, summaries: list[dict], samples: list[dict], config: dict[str, Any]) -> str:
+    """Both Parquet files of a shard under `key`, manifest last (so a crash leaves no shard)."""
+    store = open_store()
+    with tempfile.TemporaryDirectory(prefix="passband-shard-") as tmp:
+        pq.write_table(pa.Table.from_pylist(summaries), Path(tmp) / SUMMARY_FILE)
+        pq.write_table(pa.Table.from_pylist(samples), Path(tmp) / SAMPLES_FILE)
+        store.commit(key, Path(tmp), flow="curate", config=config, code_version=code_version(),
+                     extra={"num_problems": len(summaries), "num_samples": len(samples)})
+    return store.uri(key)
+
+
+@task(name="load-shard", retries=2, retry_delay_seconds=2)
+def load_shard(key: str) -> tuple[list[dict], list[dict]]:
+    """The (summaries, samples) of a committed shard, checksums verified."""
+    folder = open_store().fetch(key)
+    return pq.read_table(folder / SUMMARY_FILE).to_pylist(), pq.read_table(folder / SAMPLES_FILE).to_pylist()
