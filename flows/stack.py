@@ -23,6 +23,7 @@ from tasks.settings import StackSettings
 PREFECT_PORT = int(os.environ.get("PASSBAND_PREFECT_PORT", "4200"))
 MLFLOW_PORT = int(os.environ.get("PASSBAND_MLFLOW_PORT", "5000"))
 WORK_POOL = "passband-process"
+STARTUP_TIMEOUT_S = 300
 
 
 def prefect_env(settings: StackSettings) -> dict[str, str]:
@@ -111,10 +112,15 @@ def start_services(worker: bool = False) -> dict[str, str]:
     _spawn(settings, "prefect-server",
            [str(bin_dir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(PREFECT_PORT)], env)
     artifact_root = settings.mlflow_artifact_root or (settings.home / "mlflow-artifacts").as_uri()
+    # one worker: with several, uvicorn's supervisor kills any worker that misses a 5 s health ping,
+    # which on a busy 2-core machine is every worker still importing mlflow, in a loop
     _spawn(settings, "mlflow-ui",
            [str(bin_dir / "mlflow"), "server", "--backend-store-uri", settings.mlflow_uri,
-            "--default-artifact-root", artifact_root, "--host", "127.0.0.1", "--port", str(MLFLOW_PORT)], env)
-    _wait_http(f"{prefect_url}/api/health", 120)
+            "--default-artifact-root", artifact_root, "--host", "127.0.0.1", "--port", str(MLFLOW_PORT),
+            "--workers", "1"], env)
+    # a first start migrates empty databases (Prefect's and MLflow's): ~20 s on an idle 2-core
+    # machine, minutes when other jobs share the cores
+    _wait_http(f"{prefect_url}/api/health", STARTUP_TIMEOUT_S)
     urls = {"prefect": prefect_url, "mlflow": f"http://127.0.0.1:{MLFLOW_PORT}"}
     if worker:
         # PASSBAND_HOME absolute: flow runs start in the checkout (the deployments' pull step), and
@@ -125,7 +131,7 @@ def start_services(worker: bool = False) -> dict[str, str]:
         _spawn(settings, "prefect-worker",
                [str(bin_dir / "prefect"), "worker", "start", "--pool", WORK_POOL, "--type", "process"], api)
         urls["worker"] = f"pool {WORK_POOL}"
-    _wait_http(urls["mlflow"], 120)
+    _wait_http(urls["mlflow"], STARTUP_TIMEOUT_S)
     return urls
 
 
