@@ -138,16 +138,19 @@ def evaluate_checkpoint(
     return report_of(sample_rows), sample_rows
 
 
-@task(name="perplexity-on-samples", cache_policy=NONE)
-def perplexity_on_samples(model_dir: str, sample_rows: list[dict[str, Any]], micro_batch_size: int = 8) -> float:
-    """Perplexity (temperature 1) of the model in `model_dir` on the samples' response tokens
-    given their prompts: the base model on a candidate's outputs shows whether they left the
-    base distribution (RECIPE section 8)."""
+@task(name="perplexities-on-samples", cache_policy=NONE)
+def perplexities_on_samples(
+    model_dir: str, sample_sets: dict[str, list[dict[str, Any]]], micro_batch_size: int = 8,
+) -> dict[str, float]:
+    """{name: perplexity (temperature 1) of the model in `model_dir` on that set's response tokens
+    given their prompts}, loading the model once. The base model on a candidate's outputs, next to
+    the base on its own outputs, shows whether the candidate left the base distribution (RECIPE 8)."""
     from training.evaluation.perplexity import perplexity_under
     from training.model_source import load_causal_lm
 
     model = load_causal_lm(Path(model_dir))
-    value = perplexity_under(model, [row["prompt_token_ids"] for row in sample_rows],
-                             [row["token_ids"] for row in sample_rows], micro_batch_size=micro_batch_size)
-    del model
-    return value
+    return {
+        name: perplexity_under(model, [row["prompt_token_ids"] for row in rows],
+                               [row["token_ids"] for row in rows], micro_batch_size=micro_batch_size)
+        for name, rows in sample_sets.items()
+    }
