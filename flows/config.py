@@ -33,10 +33,18 @@ def preset_names(flow: str) -> list[str]:
 
 
 def read_preset(flow: str, preset: str) -> dict[str, Any]:
+    """A preset's settings. `include: {section: other_flow/preset}` first places another flow's
+    preset under `section` (the pipeline composes its stages' presets this way); the rest of
+    the file then overrides it."""
     path = PRESETS_DIR / flow / f"{preset}.yaml"
     if not path.is_file():
         raise ConfigError(f"flow '{flow}' has no preset '{preset}' (available: {', '.join(preset_names(flow))})")
-    return read_yaml(path)
+    data = read_yaml(path)
+    merged: dict[str, Any] = {}
+    for section, ref in (data.pop("include", None) or {}).items():
+        other_flow, _, other_preset = str(ref).partition("/")
+        merged[section] = read_preset(other_flow, other_preset)
+    return deep_merge(merged, data)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -47,10 +55,11 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Nested dicts merge key by key; any other value in `override` replaces the base value."""
+    """Nested dicts merge key by key; any other value in `override` replaces the base value, and
+    so does an empty dict (`suites: {}` clears the suites a base preset set)."""
     merged = dict(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if isinstance(value, dict) and value and isinstance(merged.get(key), dict):
             merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value

@@ -108,6 +108,14 @@ def log_metrics(metrics: dict[str, float], step: int, run_id: str | None = None)
         MlflowClient().log_batch(run_id, metrics=entries[start : start + METRICS_PER_REQUEST])
 
 
+def set_tags(tags: dict[str, str], run_id: str | None = None) -> None:
+    """Set string tags on the run (stage boundaries, lineage, pointers to artifacts)."""
+    from mlflow import MlflowClient
+    from mlflow.entities import RunTag
+
+    MlflowClient().log_batch(_run_id(run_id), tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
 def log_artifact_file(path: Path | str, artifact_path: str | None = None,
                       run_id: str | None = None) -> None:
     """Copy one local file into the run's artifacts, under the folder `artifact_path`."""

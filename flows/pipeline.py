@@ -1,0 +1,162 @@
+"""The `pipeline` flow, the main job: curate -> SFT (staged) -> re-curate the RL pool with the
+SFT checkpoint -> multi-task RL -> evaluate base, SFT and RL side by side -> register the best.
+
+Stages hand each other artifact URIs. A stage's config may name another stage's output as
+`@<stage>.<output>` (e.g. `@curate.sft_stage1`, `@recurate.rl_math`, `@curate.eval_math`), in
+values and in mapping keys; the pipeline substitutes the URI before the stage runs. Every stage
+caches itself by its resolved config (URIs included) and the code version (tasks/cache.py), so a
+rerun after a crash, or with one RL setting changed, recomputes only what changed downstream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from pydantic import Field
+
+from flows.config import Config
+from flows.curate import CurateConfig
+from flows.evaluate import EvaluateConfig
+from flows.rl_config import RLConfig
+from flows.sft import SFTConfig
+from flows.summary import RunSummary
+
+CHECKPOINTS = ("base", "sft", "rl")
+
+
+class PipelineConfig(Config):
+    """Every stage's config; `model` is the base checkpoint all of them start from."""
+
+    model: str = "smollm2-135m-instruct"
+    """The base model: SFT starts here, and it is the baseline of every evaluation."""
+    curate: CurateConfig = CurateConfig()
+    """Curation of the base model's data (its `model` is set to `model`)."""
+    sft: SFTConfig = SFTConfig()
+    """Curriculum SFT (its `model` is set to `model`); may name `@curate.*` datasets."""
+    recurate: bool = True
+    """Re-estimate pass rates with the SFT checkpoint and rebuild the RL sets from them (RECIPE 1:
+    filter to the ability of the model that is trained next). Synthetic SFT generation is off
+    in this pass. False: RL trains on the first curation's RL sets."""
+    rl: RLConfig = RLConfig()
+    """Multi-task RL from the SFT checkpoint; may name `@recurate.rl_<task>`/`@curate.*` datasets."""
+    evaluate: EvaluateConfig = EvaluateConfig()
+    """Held-out evaluation run once per checkpoint (its `model`/`baseline` are set here)."""
+    registered_model: str = Field("passband-reasoner", min_length=1)
+    """MLflow registered-model name for the best checkpoint."""
+    best_metric: str = "pass@1"
+    """Statistic averaged over eval sets to pick the best checkpoint among SFT and RL."""
+
+
+def bind_refs(value: Any, outputs: dict[str, dict[str, str]]) -> Any:
+    """Replace every `@stage.output` string (values and mapping keys) by that output's URI."""
+    if isinstance(value, dict):
+        return {bind_refs(k, outputs): bind_refs(v, outputs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [bind_refs(v, outputs) for v in value]
+    if isinstance(value, str) and value.startswith("@"):
+        stage, _, name = value[1:].partition(".")
+        if stage not in outputs or name not in outputs[stage]:
+            available = {s: sorted(o) for s, o in outputs.items()}
+            raise ValueError(f"pipeline reference {value!r} names no output of a finished stage ({available})")
+        return outputs[stage][name]
+    return value
+
+
+def _stage_config(model: type[Config], config: Config, outputs: dict[str, dict[str, str]],
+                  **fields: Any) -> Config:
+    data = bind_refs(config.model_dump(mode="json"), outputs)
+    return model.model_validate({**data, **fields})
+
+
+def pass_at_1_table(evaluations: dict[str, RunSummary], statistic: str) -> dict[str, float]:
+    """`{checkpoint}/{eval set}/{statistic}` from each evaluation's whole-set metrics."""
+    table = {}
+    for label, summary in evaluations.items():
+        for name, value in summary.metrics.items():
+            parts = name.split("/")
+            if len(parts) == 2 and parts[1] == statistic:
+                table[f"{label}/{parts[0]}"] = value
+    return table
+
+
+def format_table(table: dict[str, float], statistic: str) -> str:
+    sets = sorted({key.split("/")[1] for key in table})
+    lines = [f"{'held-out ' + statistic:<22}" + "".join(f"{c:>10}" for c in CHECKPOINTS)]
+    for name in sets:
+        cells = "".join(f"{table.get(f'{c}/{name}', float('nan')):>10.3f}" for c in CHECKPOINTS)
+        lines.append(f"{name:<22}{cells}")
+    return "\n".join(lines)
+
+
+@flow(name="pipeline")
+def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | None = None) -> RunSummary:
+    """Run every stage in order under one MLflow parent run; end with the pass@1 table."""
+    import time
+
+    from prefect.logging import get_run_logger
+
+    from flows.curate import curate
+    from flows.evaluate import evaluate
+    from flows.rl import rl
+    from flows.sft import sft
+    from tasks import tracking
+    from tasks.provenance import code_version, config_hash
+    from tasks.registry import register_checkpoint
+
+    logger = get_run_logger()
+    start = time.perf_counter()
+    tracking.configure()
+    with tracking.start_run("pipeline", parent_run_id=parent_run_id) as run_id:
+        resolved = config.model_dump(mode="json")
+        tracking.log_config(resolved, run_id)
+        outputs: dict[str, dict[str, str]] = {}
+        runs: dict[str, RunSummary] = {}
+
+        runs["curate"] = curate(_stage_config(CurateConfig, config.curate, outputs, model=config.model), run_id)
+        outputs["curate"] = runs["curate"].outputs
+        runs["sft"] = sft(_stage_config(SFTConfig, config.sft, outputs, model=config.model), run_id)
+        outputs["sft"] = runs["sft"].outputs
+        sft_checkpoint = outputs["sft"]["checkpoint"]
+        if config.recurate:
+            recurate_config = _stage_config(CurateConfig, config.curate, outputs, model=sft_checkpoint)
+            for part in (recurate_config.sft, recurate_config.correction, recurate_config.synthetic):
+                part.enabled = False
+            runs["recurate"] = curate(recurate_config, run_id)
+            outputs["recurate"] = runs["recurate"].outputs
+        else:
+            outputs["recurate"] = outputs["curate"]
+        runs["rl"] = rl(_stage_config(RLConfig, config.rl, outputs, model=sft_checkpoint), run_id)
+        outputs["rl"] = runs["rl"].outputs
+
+        checkpoints = {"base": config.model, "sft": sft_checkpoint, "rl": outputs["rl"]["checkpoint"]}
+        evaluations = {}
+        for label, checkpoint in checkpoints.items():
+            baseline = None if label == "base" else config.model
+            evaluations[label] = evaluate(_stage_config(
+                EvaluateConfig, config.evaluate, outputs, model=checkpoint, baseline=baseline), run_id)
+        table = pass_at_1_table(evaluations, config.best_metric)
+        logger.info("\n%s", format_table(table, config.best_metric))
+
+        def mean_score(label: str) -> float:
+            values = [v for k, v in table.items() if k.startswith(f"{label}/")]
+            return sum(values) / max(len(values), 1)
+
+        best = max(("sft", "rl"), key=mean_score)
+        lineage = {
+            "checkpoint_uri": checkpoints[best], "stage": best, "pipeline_run_id": run_id,
+            "config_hash": config_hash(resolved), "code_version": code_version(),
+            **{f"dataset.{name}": uri for name, uri in sorted(outputs["recurate"].items()) if name.startswith("rl_")},
+            **{f"dataset.{name}": uri for name, uri in sorted(outputs["curate"].items())
+               if name.startswith(("sft_", "eval_"))},
+            f"mean_{config.best_metric}": mean_score(best),
+        }
+        version = register_checkpoint(config.registered_model, runs[best].mlflow_run_id, lineage)
+        metrics = {**{f"{key}/{config.best_metric}": value for key, value in table.items()},
+                   "wall_s": time.perf_counter() - start}
+        tracking.log_metrics(metrics, step=0, run_id=run_id)
+        tracking.set_tags({"best_checkpoint": checkpoints[best], "registered_model":
+                           f"{config.registered_model}/{version}"}, run_id)
+        flat_outputs = {f"{stage}.{name}": uri for stage, named in outputs.items() for name, uri in named.items()}
+        flat_outputs["best_checkpoint"] = checkpoints[best]
+    return RunSummary(flow="pipeline", mlflow_run_id=run_id, outputs=flat_outputs, metrics=metrics)
