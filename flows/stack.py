@@ -34,6 +34,9 @@ def prefect_env(settings: StackSettings) -> dict[str, str]:
         "PREFECT_LOCAL_STORAGE_PATH": str(home / "storage"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_COLORS": "false",
+        # the ephemeral API server starts in a subprocess; on a busy 2-core box that can take
+        # longer than Prefect's 20 s default
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }
 
 

@@ -32,10 +32,10 @@ def flatten(groups: list[list[Sample]]) -> list[Sample]:
     return [s for group in groups for s in group]
 
 
-def train_away(model: torch.nn.Module, samples: list[Sample], steps: int = 3, lr: float = 3e-3) -> None:
+def train_away(model: torch.nn.Module, samples: list[Sample], steps: int = 2, lr: float = 5e-3) -> None:
     """Move the weights enough to change log-probs: push down the sampled responses' likelihood."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    batch = [s for s in samples if s.token_ids][:8]
+    batch = [s for s in samples if s.token_ids][:4]
     for _ in range(steps):
         out = response_logprobs(model, [s.prompt_token_ids for s in batch], [s.token_ids for s in batch])
         loss = (out.logp * out.mask).sum() / out.mask.sum()  # minimizing log-likelihood
