@@ -25,7 +25,7 @@ STAGE2_LR = 1e-4
 
 @pytest.fixture(scope="module")
 def harness():
-    with prefect_test_harness(server_startup_timeout=120):  # the shared 2-core box can be slow to start it
+    with prefect_test_harness(server_startup_timeout=300):  # the shared 2-core box can be slow to start it
         yield
 
 
