@@ -63,10 +63,11 @@ def bind_refs(value: Any, outputs: dict[str, dict[str, str]]) -> Any:
     return value
 
 
-def _stage_config(model: type[Config], config: Config, outputs: dict[str, dict[str, str]],
+def _stage_config(config_cls: type[Config], config: Config, outputs: dict[str, dict[str, str]],
                   **fields: Any) -> Config:
+    """`config` with its `@stage.output` references bound and `fields` set, validated again."""
     data = bind_refs(config.model_dump(mode="json"), outputs)
-    return model.model_validate({**data, **fields})
+    return config_cls.model_validate({**data, **fields})
 
 
 def pass_at_1_table(evaluations: dict[str, RunSummary], statistic: str) -> dict[str, float]:

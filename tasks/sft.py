@@ -89,14 +89,6 @@ def commit_checkpoint(local_dir: str, key: str, config: dict[str, Any], extra: d
     return store.uri(key)
 
 
-def _set_tags(tags: dict[str, str], run_id: str) -> None:
-    from mlflow import MlflowClient
-
-    client = MlflowClient()
-    for name, value in tags.items():
-        client.set_tag(run_id, name, value)
-
-
 @task(name="train-sft-stage", cache_policy=NONE)
 def train_sft_stage(
     stage: StageConfig, examples: list[SFTExample], start_dir: str, start_from: str, stage_key: str,
@@ -117,21 +109,21 @@ def train_sft_stage(
     store = open_store()
     lengths = [len(e.input_ids) for e in examples]
     total_steps = stage.num_steps or count_steps(lengths, stage.batch_tokens, stage.seed, stage.num_epochs)
-    _set_tags({f"stage.{stage.name}.start_step": str(step_offset + 1),
+    tracking.set_tags({f"stage.{stage.name}.start_step": str(step_offset + 1),
                f"stage.{stage.name}.end_step": str(step_offset + total_steps),
                f"stage.{stage.name}.key": stage_key}, run_id)
     last_step = last_committed_step(stage_key, stage, total_steps) if resume else None
     if last_step == total_steps:
         final = store.manifest(checkpoint_key(stage_key, stage.name, total_steps))
         logger.info("stage %s: complete at %s, skipped", stage.name, store.uri(final["key"]))
-        _set_tags({f"stage.{stage.name}.status": "skipped"}, run_id)
+        tracking.set_tags({f"stage.{stage.name}.status": "skipped"}, run_id)
         return StageOutcome(store.uri(final["key"]), "skipped", total_steps, 0, final["extra"]["loss"],
                             float("nan"), float("nan"))
     if kill_after_steps is not None and kill_after_steps <= 0:
         raise KilledForTesting(f"kill_after_steps reached before stage {stage.name!r}")
     resume_from = fetch_artifact(store.uri(checkpoint_key(stage_key, stage.name, last_step))) if last_step else None
     status = "resumed" if resume_from else "trained"
-    _set_tags({f"stage.{stage.name}.status": f"resumed from step {last_step}" if last_step else status}, run_id)
+    tracking.set_tags({f"stage.{stage.name}.status": f"resumed from step {last_step}" if last_step else status}, run_id)
     if resume_from:
         logger.info("stage %s: resuming from step %d (%s)", stage.name, last_step, resume_from)
 
@@ -182,8 +174,10 @@ def log_model(checkpoint_uri: str, run_id: str) -> None:
     """
     from mlflow import MlflowClient
 
+    from tasks import tracking
+
     client = MlflowClient()
     for path in sorted(fetch_artifact(checkpoint_uri).iterdir()):
         if path.is_file() and path.name not in TRAINER_FILES:
             client.log_artifact(run_id, str(path), "model")
-    _set_tags({"model.checkpoint_uri": checkpoint_uri}, run_id)
+    tracking.set_tags({"model.checkpoint_uri": checkpoint_uri}, run_id)

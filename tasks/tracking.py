@@ -58,6 +58,9 @@ def start_run(name: str, nested: bool = False, tags: dict[str, str] | None = Non
     """
     import mlflow
 
+    # A sub-flow runs in its parent flow's thread, where the parent's run is active: MLflow then
+    # insists on nested=True (and checks that parent_run_id is that active run).
+    nested = nested or (parent_run_id is not None and mlflow.active_run() is not None)
     with mlflow.start_run(run_name=name, nested=nested, tags=tags,
                           parent_run_id=parent_run_id) as run:
         yield run.info.run_id

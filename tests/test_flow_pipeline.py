@@ -1,0 +1,104 @@
+"""The pipeline on a tiny model built here: stage wiring, the stage cache (a rerun with no change
+samples and trains nothing; a changed RL setting reruns only RL and its evaluation), the pass@1
+table in the summary, and the best checkpoint in the MLflow registry."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+from prefect.testing.utilities import prefect_test_harness
+from tiny_chat_model import tiny_llama, tiny_tokenizer
+
+import tasks.cache
+from flows.pipeline import PipelineConfig, bind_refs, pipeline
+from training.engines.hf_engine import HFEngine
+
+ENGINE = {"kind": "hf"}
+POOL = {"num_problems": 6, "difficulty": 0}
+
+
+def tiny_config(model_dir, lr: float) -> PipelineConfig:
+    """Every stage at the smallest size that still runs it; bands keep everything (a random tiny
+    model solves nothing, and RL needs non-empty pools)."""
+    evals = {"math": "@curate.eval_math", "code": "@curate.eval_code", "ifeval": "@curate.eval_ifeval"}
+    return PipelineConfig.model_validate({
+        "model": str(model_dir),
+        "curate": {
+            "math": {"source": {"suite": "math", "answer_format": "plain", **POOL}, "eval_size": 2, "band": "[0, 1]"},
+            "code": {"source": {"suite": "code", **POOL}, "eval_size": 2, "band": "[0, 1]"},
+            "ifeval": {"source": {"suite": "ifeval", "num_problems": 6, "difficulty": "easy"}, "eval_size": 2,
+                       "band": "[0, 1]"},
+            "pass_rate": {"n": 2, "max_tokens": 6, "shard_size": 8},
+            "engine": ENGINE,
+            "sft": {"enabled": False}, "correction": {"enabled": False}, "synthetic": {"enabled": False},
+            "hygiene": {"against_humaneval": False},
+        },
+        "sft": {
+            "generated": {"worked": {"num_examples": 6, "difficulties": [0]}},
+            "stages": [{"name": "s1", "datasets": {"worked": 1.0}, "max_length": 480, "num_steps": 1,
+                        "lr": 1e-3, "batch_tokens": 960, "micro_batch_tokens": 480}],
+        },
+        "rl": {
+            "datasets": {"math": "@recurate.rl_math", "code": "@recurate.rl_code", "ifeval": "@recurate.rl_ifeval"},
+            "prompts_per_step": 3, "group_size": 2, "num_iterations": 1, "checkpoint_every": 0,
+            "sampling": {"max_tokens": 6}, "engine": ENGINE, "eval": None, "algo": {"lr": lr},
+        },
+        "evaluate": {"suites": {}, "datasets": evals, "sampling": {"n": 2, "max_tokens": 6}, "engine": ENGINE},
+        "registered_model": "tiny-reasoner",
+    })
+
+
+def test_bind_refs_replaces_values_and_keys() -> None:
+    outputs = {"curate": {"sft_stage1": "file:///a"}, "recurate": {"rl_math": "file:///b"}}
+    bound = bind_refs({"datasets": {"@curate.sft_stage1": 1.0}, "math": "@recurate.rl_math", "n": 3}, outputs)
+    assert bound == {"datasets": {"file:///a": 1.0}, "math": "file:///b", "n": 3}
+    with pytest.raises(ValueError, match="@sft.checkpoint"):
+        bind_refs("@sft.checkpoint", outputs)
+
+
+def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:
+    model_dir = tmp_path / "tiny"
+    tiny_llama(seed=0).save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PASSBAND_EXPERIMENT", "test-pipeline")
+
+    completed: list[str] = []  # flow name of every stage that computed and saved its summary
+    save = tasks.cache.save_summary
+    monkeypatch.setattr(tasks.cache, "save_summary",
+                        lambda key, flow, *args: (completed.append(flow), save(key, flow, *args))[1])
+    generate_calls: list[int] = []
+    generate = HFEngine.generate
+    monkeypatch.setattr(HFEngine, "generate",
+                        lambda self, prompts, settings: (generate_calls.append(len(prompts)),
+                                                         generate(self, prompts, settings))[1])
+
+    with prefect_test_harness(server_startup_timeout=180):
+        first = pipeline(tiny_config(model_dir, lr=1e-4))
+        assert sorted(completed) == ["curate", "curate", "evaluate", "evaluate", "evaluate", "rl", "sft"]
+        assert generate_calls
+
+        completed.clear()
+        generate_calls.clear()
+        again = pipeline(tiny_config(model_dir, lr=1e-4))
+        assert completed == [] and generate_calls == []  # no sampling, no training
+        assert again.metrics | {"wall_s": 0} == first.metrics | {"wall_s": 0}
+
+        changed = pipeline(tiny_config(model_dir, lr=2e-4))
+        assert sorted(completed) == ["evaluate", "rl"]
+        assert changed.outputs["sft.checkpoint"] == first.outputs["sft.checkpoint"]
+        assert changed.outputs["rl.checkpoint"] != first.outputs["rl.checkpoint"]
+
+    for label in ("base", "sft", "rl"):
+        for task in ("math", "code", "ifeval"):
+            assert 0.0 <= first.metrics[f"{label}/{task}/pass@1"] <= 1.0
+    client = MlflowClient()
+    versions = client.search_model_versions("name = 'tiny-reasoner'")
+    assert len(versions) == 3
+    tags = versions[0].tags
+    assert {"checkpoint_uri", "config_hash", "code_version", "dataset.rl_math"} <= set(tags)
+    parent = client.get_run(first.mlflow_run_id)
+    children = client.search_runs([parent.info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{first.mlflow_run_id}'")
+    assert sorted(run.info.run_name for run in children) == sorted(
+        ["curate", "curate", "sft", "rl", "evaluate", "evaluate", "evaluate"])
