@@ -112,6 +112,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
 
     from tasks import tracking
     from tasks.cache import load_cached_summary, save_summary, stage_key
+    from tasks.datasets import read_table
     from tasks.evaluation import eval_sets_from
     from tasks.model import resolve_model
     from tasks.rl import (checkpoint_uri, evaluate_policy, last_checkpoint_iteration, load_rl_problems,
@@ -146,8 +147,6 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                     {t: len(rows) for t, rows in problems.items()}, dropped)
         for task, ref in datasets.items():
             if isinstance(ref, str):
-                from tasks.datasets import read_table
-
                 tracking.log_dataset(ref, f"rl_{task}", "training", read_table(ref), run_id)
 
         last = last_checkpoint_iteration(run_key, config.num_iterations) if config.resume else None
