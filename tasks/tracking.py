@@ -147,7 +147,12 @@ def log_dataset(uri: str, name: str, context: str, table: pyarrow.Table | Path |
         # and warns on every integer column that pandas cannot hold missing values: noise here.
         warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer column")
-        dataset = mlflow.data.from_pandas(table.to_pandas(), source=uri, name=name)
+        frame = table.to_pandas()
+        if frame.empty:
+            # MLflow's digest compares `frame.map(type) == str`, which Arrow-backed string columns
+            # of an empty frame cannot evaluate; object columns can.
+            frame = frame.astype(object)
+        dataset = mlflow.data.from_pandas(frame, source=uri, name=name)
         # The public route to the entity that MlflowClient.log_inputs takes (mlflow.log_input
         # builds it too, but only logs to this thread's active run). Schema is inferred here.
         entity = DatasetEntity(**dataset.to_dict())

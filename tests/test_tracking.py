@@ -135,3 +135,18 @@ def test_worker_thread_needs_run_id_and_can_nest_under_parent(settings: StackSet
     client = MlflowClient()
     assert [(m.step, m.value) for m in client.get_metric_history(parent_id, "x")] == [(3, 2.0)]
     assert client.get_run(child_ids[0]).data.tags["mlflow.parentRunId"] == parent_id
+
+
+def test_empty_dataset_and_subflow_nesting(settings: StackSettings) -> None:
+    """An empty table (a curation split that filtered everything) still logs as an input, and a
+    sub-flow that starts its run with parent_run_id in the parent's own thread nests under it."""
+    from mlflow import MlflowClient
+
+    with tracking.start_run("parent") as parent_id:
+        with tracking.start_run("stage", parent_run_id=parent_id) as child_id:
+            tracking.log_dataset("file:///data/removed", "removed", "removed",
+                                 pa.table({"id": pa.array([], type=pa.string())}), child_id)
+    client = MlflowClient()
+    child = client.get_run(child_id)
+    assert child.data.tags["mlflow.parentRunId"] == parent_id
+    assert [d.dataset.name for d in child.inputs.dataset_inputs] == ["removed"]
