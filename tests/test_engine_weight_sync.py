@@ -64,13 +64,16 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
     prompts = [render_prompt(tokenizer, q) for q in QUESTIONS]
     trainer = load_causal_lm(smollm2_dir)
     old = load_causal_lm(smollm2_dir).eval()
-    engine = VLLMEngine(smollm2_dir, VLLMSettings(dtype="bfloat16", kv_cache_gib=0.5, max_model_len=512))
+    # fp32 in the engine too: the remaining gap is kernels and batching, not precision, so a
+    # stale weight shows up as a jump of orders of magnitude (bf16 alone gives ~1.5e-3, measured
+    # by the sample flow's vllm_kl).
+    engine = VLLMEngine(smollm2_dir, VLLMSettings(dtype="float32", kv_cache_gib=0.5, max_model_len=512))
     try:
         before = flatten(engine.generate(prompts, SETTINGS))
         assert len(before) == 16
         kl_before = vllm_kl(old, before)
-        print(f"\nvllm_kl at the shipped weights (bf16 engine vs fp32 trainer): {kl_before:.2e}")
-        assert kl_before < 5e-3
+        print(f"\nvllm_kl at the shipped weights (fp32 engine vs fp32 trainer): {kl_before:.2e}")
+        assert kl_before < 1e-3
 
         train_away(trainer, before)
         trainer.save_pretrained(tmp_path / "new")
@@ -81,8 +84,8 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
         kl_new = vllm_kl(trainer, after)
         kl_old = vllm_kl(old, after)
         print(f"after sync: vllm_kl vs new weights {kl_new:.2e}, vs old weights {kl_old:.2e}")
-        assert kl_new < 5e-3
+        assert kl_new < 1e-3
         assert kl_old > 10 * kl_new
-        assert kl_old > 2e-2
+        assert kl_old > 1e-2
     finally:
         engine.close()
