@@ -150,7 +150,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
             **{f"dataset.{name}": uri for name, uri in sorted(outputs["recurate"].items()) if name.startswith("rl_")},
             **{f"dataset.{name}": uri for name, uri in sorted(outputs["curate"].items())
                if name.startswith(("sft_", "eval_"))},
-            f"mean_{config.best_metric}": mean_score(best),
+            "selection_metric": f"mean {config.best_metric} over eval sets", "selection_value": mean_score(best),
         }
         version = register_checkpoint(config.registered_model, runs[best].mlflow_run_id, lineage)
         metrics = {**{f"{key}/{config.best_metric}": value for key, value in table.items()},

@@ -95,3 +95,19 @@ def _alive(pid: int) -> bool:
         return False
     # a zombie of an already-reaped group counts as gone
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_verify_command_scores_rows_and_quarantines_bad_lines(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "completion": "so \\boxed{\\frac{1}{2}}", "reference": "0.5"},
+        {"id": "b", "completion": "no answer here", "reference": "3"},
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
+    result = passband("verify", "--task", "math", str(source), "-o", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    scored = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"], r["score"]) for r in scored] == [("a", "pass", 1.0), ("b", "unparsable", 0.0)]
+    quarantined = [json.loads(line) for line in (tmp_path / "out.quarantine.jsonl").read_text().splitlines()]
+    assert [q["line"] for q in quarantined] == [3]
+    assert "pass=1 unparsable=1 quarantined=1" in result.stderr
