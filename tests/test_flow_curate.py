@@ -104,6 +104,7 @@ def flow_runs(harness, smollm2_dir, tmp_path_factory):
         yield home, first, forced, cached
 
 
+@pytest.mark.slow  # three flow runs of the real model: minutes on a shared 2-core box
 def test_flow_outputs_have_required_columns(flow_runs):
     home, first, _, _ = flow_runs
     assert set(first.outputs) == {"eval_math", "eval_code", "eval_ifeval", "rl_math", "rl_code", "rl_ifeval",
@@ -142,6 +143,7 @@ def test_flow_outputs_have_required_columns(flow_runs):
     assert first.metrics["synthetic/passed_verification"] <= first.metrics["synthetic/generated"]
 
 
+@pytest.mark.slow  # three flow runs of the real model: minutes on a shared 2-core box
 def test_removed_rows_carry_reasons(flow_runs):
     home, first, _, _ = flow_runs
     removed = read_table.fn(first.outputs["removed"]).to_pylist()
@@ -159,6 +161,7 @@ def test_removed_rows_carry_reasons(flow_runs):
         assert len(rl_ids | dropped) == 3 and not rl_ids & dropped
 
 
+@pytest.mark.slow  # three flow runs of the real model: minutes on a shared 2-core box
 def test_forced_rerun_samples_nothing_and_cached_rerun_returns_the_summary(flow_runs):
     home, first, forced, cached = flow_runs
     assert first.metrics["engine_calls"] > 0
