@@ -145,11 +145,26 @@ def stop_services() -> list[str]:
     for name in ("prefect-worker", "mlflow-ui", "prefect-server"):
         path = _pid_file(settings, name)
         if _alive(settings, name):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(int(path.read_text()), signal.SIGTERM)
+            _terminate_group(int(path.read_text()))
             stopped.append(name)
         path.unlink(missing_ok=True)
     return stopped
+
+
+def _terminate_group(pid: int, grace_s: float = 15.0) -> None:
+    """SIGTERM the process group, then SIGKILL it if it is still there after `grace_s` (the MLflow
+    server's uvicorn workers sometimes outlive the first SIGTERM)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def doctor_report() -> str:
