@@ -57,7 +57,12 @@ def test_hf_engine_logprobs_match_trainer(smollm2_dir: Path) -> None:
     assert kl < 1e-4
 
 
+@pytest.mark.slow  # vLLM start-up + trainer steps: ~6 min on a loaded 2-core box
 def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path: Path) -> None:
+    """Known open finding (see the issue note): at the shipped weights the fp32 engine matches the
+    trainer to -4e-10, but after the reload the gap to the new weights is 2.2e-3 (7.9e-2 to the
+    old ones): mostly synced, yet some tensor appears not to take the new values. This test
+    fails until that is found; it is the check that will say so."""
     from training.engines.vllm_engine import VLLMEngine, VLLMSettings
 
     tokenizer = load_tokenizer(smollm2_dir)
