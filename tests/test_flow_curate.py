@@ -38,10 +38,11 @@ def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_pa
     def estimate(problem_rows, engine):
         return estimate_pass_rates(problem_rows, engine, tokenizer, checkpoint, SAMPLING, VERIFY, shard_size=2)
 
-    # Run 1 crashes while verifying shard 2 (an empty reference is refused by the math verifier).
+    # Run 1 crashes while verifying shard 2: the math verifier refuses the empty reference of its
+    # second problem, whose 2 samples are the verifier's items 2 and 3.
     broken = [*rows[:3], {**rows[3], "reference": ""}]
     first_engine = LazyEngine("hf", str(smollm2_dir), ENGINE)
-    with pytest.raises(ValueError, match="reference 1: reference is empty"):
+    with pytest.raises(ValueError, match="reference 2: reference is empty"):
         estimate(broken, first_engine)
     assert first_engine.num_generate_calls == 2  # both shards were sampled, only the first committed
     first_engine.close()
