@@ -28,7 +28,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     from curation.curate_rows import attach_pass_rates, count_by, removed_record
     from curation.suites.math_suite import extraction_rule_for
     from tasks import tracking
-    from tasks.cache import load_cached_summary, save_summary, stage_key
+    from tasks.cache import find_completed, save_summary
     from tasks.model import resolve_model
     from tasks.passrate import LazyEngine, SamplingTally, checkpoint_id, estimate_pass_rates
     from training.model_source import load_tokenizer
@@ -36,10 +36,9 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     logger = get_run_logger()
     tracking.configure()
     resolved = config.model_dump(mode="json")
-    key = stage_key("curate", {name: value for name, value in resolved.items() if name != "force"})
+    key, cached = find_completed("curate", resolved)
     with tracking.start_run("curate", parent_run_id=parent_run_id) as run_id:
         tracking.log_config(resolved, run_id)
-        cached = None if config.force else load_cached_summary(key)
         if cached is not None:
             logger.info("reusing curate outputs of an identical earlier run (%s)", key)
             return RunSummary(**cached)

@@ -73,7 +73,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
     from prefect.logging import get_run_logger
 
     from tasks import tracking
-    from tasks.cache import load_cached_summary, save_summary, stage_key
+    from tasks.cache import find_completed, save_summary
     from tasks.evaluation import eval_sets_from, evaluate_checkpoint, perplexities_on_samples, verifier_settings_for
     from tasks.model import resolve_model
     from tasks.rollout import open_engine
@@ -85,8 +85,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
     with tracking.start_run("evaluate", parent_run_id=parent_run_id) as run_id:
         resolved = config.model_dump(mode="json")
         tracking.log_config(resolved, run_id)
-        key = stage_key("evaluate", config.model_dump(mode="json", exclude={"force"}))
-        cached = None if config.force else load_cached_summary(key)
+        key, cached = find_completed("evaluate", resolved)
         if cached is not None:
             logger.info("reusing the evaluation of %s from %s", config.model, key)
             tracking.log_metrics(cached["metrics"], step=0, run_id=run_id)

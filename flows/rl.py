@@ -111,7 +111,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     from prefect.logging import get_run_logger
 
     from tasks import tracking
-    from tasks.cache import load_cached_summary, save_summary, stage_key
+    from tasks.cache import find_completed, save_summary
     from tasks.datasets import read_table
     from tasks.evaluation import eval_sets_from
     from tasks.model import resolve_model
@@ -128,8 +128,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     with tracking.start_run("rl", parent_run_id=parent_run_id) as run_id:
         resolved = config.model_dump(mode="json")
         tracking.log_config(resolved, run_id)
-        cache_key = stage_key("rl", {k: v for k, v in resolved.items() if k not in RUN_CONTROL_FIELDS})
-        cached = None if config.force else load_cached_summary(cache_key)
+        cache_key, cached = find_completed("rl", resolved, RUN_CONTROL_FIELDS)
         if cached is not None:
             logger.info("reusing the completed rl run %s", cached["mlflow_run_id"])
             return RunSummary(**cached)

@@ -146,7 +146,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
     from prefect.logging import get_run_logger
 
     from tasks import tracking
-    from tasks.cache import load_cached_summary, save_summary, stage_key
+    from tasks.cache import find_completed, save_summary
     from tasks.evaluation import eval_sets_from
     from tasks.model import resolve_model
     from tasks.sft import log_model, sft_stage_key, train_sft_stage
@@ -160,8 +160,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
     with tracking.start_run("sft", parent_run_id=parent_run_id) as run_id:
         resolved = config.model_dump(mode="json")
         tracking.log_config(resolved, run_id)
-        cache_key = stage_key("sft", {k: v for k, v in resolved.items() if k not in RUN_CONTROL_FIELDS})
-        cached = None if config.force else load_cached_summary(cache_key)
+        cache_key, cached = find_completed("sft", resolved, RUN_CONTROL_FIELDS)
         if cached is not None:
             logger.info("reusing the completed sft run %s", cached["mlflow_run_id"])
             return RunSummary(**cached)

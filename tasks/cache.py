@@ -25,6 +25,15 @@ def stage_key(flow: str, config: dict[str, Any]) -> str:
     return f"stages/{flow}/{config_hash({'config': config, 'code_version': code_version()})[:24]}"
 
 
+def find_completed(flow: str, resolved: dict[str, Any],
+                   run_control: frozenset[str] | set[str] = frozenset({"force"})) -> tuple[str, dict[str, Any] | None]:
+    """This config's stage key and, unless its `force` is set, the summary of an identical earlier
+    completed run. `run_control` names fields that steer how a run proceeds (force, resume, ...),
+    not what it produces: they are left out of the key."""
+    key = stage_key(flow, {name: value for name, value in resolved.items() if name not in run_control})
+    return key, None if resolved.get("force") else load_cached_summary(key)
+
+
 def load_cached_summary(key: str) -> dict[str, Any] | None:
     """The summary committed under `key`, or None when this stage has not completed before."""
     store = open_store()
