@@ -6,8 +6,9 @@ them; a check that applies to the task but says "not_applicable" counts as faile
 - consistency: the answer addresses the query. Our definitions, per task:
   - math: a final answer is found by the prompt's extraction rule, and when the reference is a
     number the answer is a number too (an integer, decimal, a/b or \\frac{a}{b});
-  - code: the last fenced code block parses as Python and defines the reference's entry point as
-    a top-level function (any parsable block when the reference names no entry point);
+  - code: the fenced block the verifier runs (the last one defining the reference's entry point,
+    else the last one) parses as Python and defines the entry point as a top-level function (any
+    parsable block when the reference names no entry point);
   - ifeval: the response is non-empty and on topic: it shares at least `min_topic_words` content
     words (4+ letters, not a stop word or an instruction word) with the prompt.
 - execution (code only): the verifier's sandbox run of the tests passed.
@@ -78,14 +79,14 @@ def consistency(task: str, prompt: str, completion: str, reference, math_rule: s
             return "fail", f"answer {answer[:40]!r} is not a number, reference {reference!r} is"
         return "pass", f"answer {answer[:40]!r}"
     if task == "code":
-        code = extract_code(completion)
+        entry_point = reference.get("entry_point") if isinstance(reference, dict) else None
+        code = extract_code(completion, entry_point=entry_point)
         if code is None:
             return "fail", "no code block"
         try:
             tree = ast.parse(code)
         except SyntaxError as error:
             return "fail", f"code does not parse: {error.msg} (line {error.lineno})"
-        entry_point = reference.get("entry_point") if isinstance(reference, dict) else None
         defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
         if entry_point and entry_point not in defined:
             return "fail", f"entry point {entry_point!r} not defined (defines {sorted(defined)})"

@@ -35,6 +35,9 @@ def test_code_consistency_needs_the_entry_point():
     assert consistency("code", "p", wrong_name, CODE_REF)[0] == "fail"
     assert consistency("code", "p", "```python\ndef square(x) return\n```", CODE_REF)[1].startswith("code does not parse")
     assert consistency("code", "p", "def square(x): return x*x", CODE_REF) == ("fail", "no code block")
+    # A usage block after the solution: the check reads the block the verifier runs.
+    with_usage = good + "\n```python\nprint(square(3))\n```"
+    assert consistency("code", "p", with_usage, CODE_REF) == ("pass", "defines ['square']")
 
 
 def test_ifeval_consistency_is_topic_overlap():

@@ -219,6 +219,36 @@ def test_extract_code_takes_the_last_fenced_block():
 
 
 ADD_TESTS = {"tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+SOLUTION_THEN_USAGE = ("```python\ndef add(a, b):\n    return a + b\n```\n"
+                      "Example:\n```python\nprint(add(2, 3))\n```\n")
+
+
+def test_entry_block_prefers_the_last_block_defining_the_entry_point():
+    assert extract_code(SOLUTION_THEN_USAGE, entry_point="add") == "def add(a, b):\n    return a + b\n"
+    # Of two defining blocks the later one (a revised solution) wins.
+    revised = "```python\ndef add(a, b):\n    return 0\n```\n```python\ndef add(a, b):\n    return a + b\n```"
+    assert extract_code(revised, entry_point="add") == "def add(a, b):\n    return a + b\n"
+    # A longer name that merely starts with the entry point does not count as defining it.
+    assert extract_code("```python\ndef add(a, b):\n    pass\n```\n```python\ndef add_all(xs):\n    pass\n```",
+                        entry_point="add_all") == "def add_all(xs):\n    pass\n"
+
+
+def test_entry_block_falls_back_to_the_last_block_when_none_defines_it():
+    text = "```python\nx = 1\n```\n```python\nprint(add(2, 3))\n```"
+    assert extract_code(text, entry_point="add") == "print(add(2, 3))\n"
+    assert extract_code(SOLUTION_THEN_USAGE, entry_point=None) == "print(add(2, 3))\n"
+
+
+def test_last_block_mode_still_takes_the_last_block():
+    assert extract_code(SOLUTION_THEN_USAGE, "last_block", entry_point="add") == "print(add(2, 3))\n"
+
+
+def test_verify_code_runs_the_solution_not_the_usage_block():
+    [result] = verify_code([SOLUTION_THEN_USAGE], [ADD_TESTS], CodeSettings(limits=FAST))
+    assert result.status == "pass"
+    # The old behaviour ran the usage block alone: `add` is undefined there.
+    [last] = verify_code([SOLUTION_THEN_USAGE], [ADD_TESTS], CodeSettings("last_block", FAST))
+    assert last.status == "fail" and "NameError" in last.detail
 
 
 def test_verify_code_tests_format():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from curation.verifiers.result import VerifyResult
 from curation.verifiers.sandbox import SandboxLimits, SandboxOutcome, run_python
 
-EXTRACT_MODES = ("last_block", "whole")
+EXTRACT_MODES = ("entry_block", "last_block", "whole")
 
 _FENCED_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _CALLS_CHECK = re.compile(r"^check\s*\(", re.MULTILINE)
@@ -27,18 +27,27 @@ _DEFINES_CHECK = re.compile(r"^def check\s*\(", re.MULTILINE)
 class CodeSettings:
     """How code is taken from a completion and run."""
 
-    extract: str = "last_block"
-    """"last_block": the last ```python (or bare ```) fenced block; "whole": the completion."""
+    extract: str = "entry_block"
+    """"entry_block": the last fenced block that defines the reference's entry point (models often
+    follow the solution with a usage block such as `print(add(2, 3))`, which alone fails the
+    tests), else the last block; "last_block": the last ```python (or bare ```) fenced block;
+    "whole": the completion."""
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     """Sandbox limits for each run (one run per sample for tests, per case for cases)."""
 
 
-def extract_code(completion: str, mode: str = "last_block") -> str | None:
-    """The code to run, or None when there is no (non-empty) code block."""
+def extract_code(completion: str, mode: str = "entry_block", entry_point: str | None = None) -> str | None:
+    """The code to run, or None when there is no (non-empty) code block.
+
+    "entry_block" without an entry point (cases-format references name none) is "last_block".
+    """
     if mode == "whole":
         code = completion
-    elif mode == "last_block":
+    elif mode in ("entry_block", "last_block"):
         blocks = _FENCED_BLOCK.findall(completion)
+        if mode == "entry_block" and entry_point:
+            defines_entry = re.compile(rf"^def {re.escape(entry_point)}\s*\(", re.MULTILINE)
+            blocks = [block for block in blocks if defines_entry.search(block)] or blocks
         code = blocks[-1] if blocks else None
     else:
         raise ValueError(f"extract must be one of {EXTRACT_MODES}, got {mode!r}")
@@ -87,7 +96,7 @@ def verify_code(
 
 
 def _verify_one(completion: str, reference: dict, settings: CodeSettings) -> VerifyResult:
-    code = extract_code(completion, settings.extract)
+    code = extract_code(completion, settings.extract, reference.get("entry_point"))
     if code is None:
         return VerifyResult(0.0, "unparsable", "no code block found")
     if "tests" in reference:
