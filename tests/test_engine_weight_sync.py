@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 
 from training.chat import render_prompt
@@ -57,12 +56,12 @@ def test_hf_engine_logprobs_match_trainer(smollm2_dir: Path) -> None:
     assert kl < 1e-4
 
 
-@pytest.mark.slow  # vLLM start-up + trainer steps: ~6 min on a loaded 2-core box
 def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path: Path) -> None:
-    """Known open finding (see the issue note): at the shipped weights the fp32 engine matches the
-    trainer to -4e-10, but after the reload the gap to the new weights is 2.2e-3 (7.9e-2 to the
-    old ones): mostly synced, yet some tensor appears not to take the new values. This test
-    fails until that is found; it is the check that will say so."""
+    """At the shipped weights the fp32 engine matches the fp32 trainer to ~1e-9; after the trainer
+    moves and the engine reloads, it matches the new weights as closely and the old ones no more.
+    (~2.7 min on a quiet 2-core box.) Measured: -4.2e-10 before, -4.2e-10 vs new and 3.7e-2 vs old
+    after. Before the worker extension repacked the tied LM head the gap to the new weights was
+    2.2e-3: the stale output projection this test exists to catch."""
     from training.engines.vllm_engine import VLLMEngine, VLLMSettings
 
     tokenizer = load_tokenizer(smollm2_dir)
@@ -78,7 +77,7 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
         assert len(before) == 16
         kl_before = vllm_kl(old, before)
         print(f"\nvllm_kl at the shipped weights (fp32 engine vs fp32 trainer): {kl_before:.2e}")
-        assert kl_before < 1e-3
+        assert abs(kl_before) < 1e-6
 
         train_away(trainer, before)
         trainer.save_pretrained(tmp_path / "new")
@@ -89,8 +88,8 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
         kl_new = vllm_kl(trainer, after)
         kl_old = vllm_kl(old, after)
         print(f"after sync: vllm_kl vs new weights {kl_new:.2e}, vs old weights {kl_old:.2e}")
-        assert kl_new < 1e-3
-        assert kl_old > 10 * kl_new
+        # fp32 on both sides: anything above ~1e-6 is a tensor that did not take the new values
+        assert abs(kl_new) < 1e-6
         assert kl_old > 1e-2
     finally:
         engine.close()

@@ -59,6 +59,7 @@ class VLLMEngine:
             enforce_eager=settings.enforce_eager,
             logprobs_mode="processed_logprobs",
             disable_cascade_attn=True,
+            worker_extension_cls="training.engines.vllm_weight_sync.WeightSyncExtension",
         )
 
     def generate(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:
@@ -102,12 +103,11 @@ class VLLMEngine:
         return batches
 
     def load_weights(self, checkpoint_dir: Path) -> None:
-        # vLLM's own in-place reload: it re-runs the per-layer weight processing (the CPU
-        # backend repacks linear weights for oneDNN, so a plain `load_weights` into the live
-        # parameters fails), reading the safetensors files in `checkpoint_dir`.
-        self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_path": str(checkpoint_dir), "is_checkpoint_format": True}
-        )
+        # vLLM's own in-place reload re-runs the per-layer weight processing (the CPU backend
+        # repacks linear weights for oneDNN, so a plain `load_weights` into the live parameters
+        # fails), reading the safetensors files in `checkpoint_dir`; our worker extension then
+        # repacks the tied LM head, which the reload skips (see vllm_weight_sync.py).
+        self.llm.collective_rpc("reload_weights_and_repack", args=(str(checkpoint_dir),))
         # cached KV blocks were computed by the old weights
         self.llm.reset_prefix_cache()
 
