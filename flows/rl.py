@@ -115,11 +115,11 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     from tasks.datasets import read_table
     from tasks.evaluation import eval_sets_from
     from tasks.model import resolve_model
+    from tasks.registry import log_model
     from tasks.rl import (checkpoint_uri, evaluate_policy, last_checkpoint_iteration, load_rl_problems,
                           open_trainer, prompt_key, save_rl_checkpoint)
     from tasks.rollout import open_engine
     from tasks.settings import StackSettings
-    from tasks.sft import log_model
     from training.engines.protocol import SamplingSettings
 
     logger = get_run_logger()

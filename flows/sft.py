@@ -149,7 +149,8 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
     from tasks.cache import find_completed, save_summary
     from tasks.evaluation import eval_sets_from
     from tasks.model import resolve_model
-    from tasks.sft import log_model, sft_stage_key, train_sft_stage
+    from tasks.registry import log_model
+    from tasks.sft import sft_stage_key, train_sft_stage
     from tasks.sft_data import stage_examples
     from training.model_source import load_tokenizer
     from training.sft.loop import data_fingerprint

@@ -33,8 +33,6 @@ CHECKPOINT_ROOT = "checkpoints/sft"
 # Per-step metrics sent to MLflow (train_stage reports these and a few more).
 LOGGED_METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "padding_fraction", "num_loss_tokens",
                   "num_tokens", "peak_memory_mb")
-# Trainer-only files of a checkpoint, left out of the MLflow model artifact.
-TRAINER_FILES = ("optimizer.pt", "rng.pt", "trainer_state.json")
 
 
 class KilledForTesting(RuntimeError):
@@ -162,22 +160,3 @@ def train_sft_stage(
     return StageOutcome(store.uri(checkpoint_key(stage_key, stage.name, total_steps)), status, total_steps,
                         record["steps_run"], record["loss"], statistics.median(record["tokens_per_s"]),
                         record["peak_memory_mb"])
-
-
-@task(name="log-sft-model", retries=2, retry_delay_seconds=5, cache_policy=NONE)
-def log_model(checkpoint_uri: str, run_id: str) -> None:
-    """The final checkpoint's loadable files (weights, config, tokenizer) as MLflow artifacts `model/`.
-
-    Plain files rather than mlflow.transformers (needs a pipeline object and re-saves the model)
-    or mlflow.pyfunc (needs a wrapper class): the directory loads as is with transformers'
-    from_pretrained and vLLM, and the tag `model.checkpoint_uri` points at the full checkpoint.
-    """
-    from mlflow import MlflowClient
-
-    from tasks import tracking
-
-    client = MlflowClient()
-    for path in sorted(fetch_artifact(checkpoint_uri).iterdir()):
-        if path.is_file() and path.name not in TRAINER_FILES:
-            client.log_artifact(run_id, str(path), "model")
-    tracking.set_tags({"model.checkpoint_uri": checkpoint_uri}, run_id)
