@@ -1,6 +1,6 @@
 """Rollout throughput of the vLLM and transformers engines, side by side in one run.
 
-    .venv/bin/python scripts/bench_engines.py [--batches 8 32 64] [--tokens 128]
+    .venv/bin/python scripts/bench_engines.py [--batches 8 32 64] [--tokens 128] [--dtype bfloat16]
 
 Each engine generates exactly `--tokens` tokens (EOS ignored) for B sequences (B/4 prompts x 4
 samples) at T=1; prints tokens/s per engine and batch size and the vLLM/HF ratio. The model is
@@ -31,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--dtype", default="bfloat16", help="both engines run in this dtype")
     args = parser.parse_args()
 
     from training.chat import render_prompt
@@ -43,12 +44,12 @@ def main() -> None:
     prompts = [render_prompt(tokenizer, f"Tell me a short story about the number {i}.") for i in range(64)]
     results: dict[str, dict[int, float]] = {"vllm": {}, "hf": {}}
 
-    vllm = VLLMEngine(model_dir, VLLMSettings(max_num_seqs=max(args.batches), kv_cache_gib=1.0))
+    vllm = VLLMEngine(model_dir, VLLMSettings(dtype=args.dtype, max_num_seqs=max(args.batches), kv_cache_gib=1.0))
     measure(vllm, prompts, 8, 8)  # warm-up
     for batch in args.batches:
         results["vllm"][batch] = measure(vllm, prompts, batch, args.tokens)
     vllm.close()
-    hf = HFEngine(model_dir, batch_size=16)
+    hf = HFEngine(model_dir, dtype=args.dtype, batch_size=max(args.batches) // 4)  # all at once
     measure(hf, prompts, 8, 8)
     for batch in args.batches:
         results["hf"][batch] = measure(hf, prompts, batch, args.tokens)
