@@ -83,16 +83,23 @@ def save_checkpoint(
     tokenizer: Any,
     optimizer: torch.optim.Optimizer,
     trainer_state: dict[str, Any],
+    *,
+    model_state: dict[str, torch.Tensor] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write checkpoint `out_dir/name` (replacing one of that name) and return its path."""
+    """Write checkpoint `out_dir/name` (replacing one of that name) and return its path.
+
+    model_state / optimizer_state replace the model's and optimizer's own state: a sharded
+    model's full state, gathered on rank 0 (training/sft/distributed.py gather_full_state).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / name
     partial = out_dir / f".{name}.partial"
     if partial.exists():
         shutil.rmtree(partial)
-    model.save_pretrained(partial)
+    model.save_pretrained(partial, state_dict=model_state)
     tokenizer.save_pretrained(partial)
-    torch.save(optimizer.state_dict(), partial / "optimizer.pt")
+    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, partial / "optimizer.pt")
     torch.save(capture_rng_state(), partial / "rng.pt")
     (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2, sort_keys=True))
     if final.exists():
@@ -118,14 +125,18 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
     )
 
 
+def tied_parameter_aliases(model: torch.nn.Module) -> set[str]:
+    """Names of parameters that are another parameter under a second name (lm_head.weight when
+    tied to the embeddings): save_pretrained writes the shared tensor once, under the first name."""
+    all_names = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    return all_names - {name for name, _ in model.named_parameters()}
+
+
 def load_model_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Copy `state` into `model`. Keys may be missing only for tied parameters (lm_head tied to
     the embeddings is saved once); any other mismatch is an error naming the keys."""
-    all_names = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    unique_names = {name for name, _ in model.named_parameters()}
-    tied_aliases = all_names - unique_names
     result = model.load_state_dict(state, strict=False)
-    missing = set(result.missing_keys) - tied_aliases
+    missing = set(result.missing_keys) - tied_parameter_aliases(model)
     if missing or result.unexpected_keys:
         raise ValueError(
             f"checkpoint does not match the model: missing {sorted(missing)}, unexpected {sorted(result.unexpected_keys)}"

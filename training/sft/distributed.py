@@ -1,23 +1,37 @@
 """FSDP2 under torchrun; a no-op in a single process.
 
-Launch (one node, 8 GPUs):  torchrun --standalone --nproc_per_node 8 -m <entry point that calls
-shard_for_training and then train_stage>. torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; with
-WORLD_SIZE == 1 (or unset) nothing here changes the model.
+Launch (one node, 8 GPUs; the config file is described in training/sft/launch.py):
+    torchrun --standalone --nproc_per_node 8 -m training.sft.launch stage.yaml
+torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; with WORLD_SIZE == 1 (or unset) nothing here runs.
 
 What is sharded: every decoder layer is its own FSDP unit (all-gathered just before it runs,
 freed after), then the root `PackedLMLoss` wrapper, so the embeddings, final norm and the tied
 head are gathered for the whole forward *including the chunked loss*, whose head weight is used
 outside the decoder. That is why the loop calls the wrapper and never `lm.base_model` directly.
 
-Not done yet, so `train_stage` refuses WORLD_SIZE > 1 with a ValueError: splitting each step's micro-batches across
-ranks (every rank must run the same number of forward passes, or collectives hang), and
-gathering a full state dict on rank 0 for checkpoints (torch.distributed.checkpoint or
-get_model_state_dict(full_state_dict=True, cpu_offload=True)).
+One optimizer step under N ranks: every rank samples the same step (same seed, same sampler
+state) and packs it into the same micro-batches as one process would; rank r runs micro-batches
+r, r+N, r+2N, ... (`rank_micro_batches`). Ranks left one short run a copy of the last micro-batch
+with weight 0: FSDP's all-gathers and reduce-scatters are collectives, so every rank must run
+the same number of forward/backward passes or they hang. Each micro-batch's summed loss is
+divided by the *whole step's* loss-token count (known on every rank, since every rank sees the
+step's examples: no all-reduce needed) and gradients are *summed* across ranks, not averaged, so
+the gradient is the one-process gradient of the whole step up to float summation order.
+
+Checkpoints have the one-process layout (training/checkpoint.py): every rank joins the gather of
+the full weights and AdamW state (`gather_full_state`), rank 0 alone writes them. A resume reads
+the checkpoint on every rank (local disk under --standalone, shared storage across nodes) and
+`load_optimizer_state` shards the full AdamW state back; the weights are loaded before sharding.
+So a checkpoint resumes under any number of ranks, one included.
+
+tests/test_sft_torchrun.py runs this on 2 CPU ranks (gloo: FSDP2 works there) against one
+process; NCCL on GPUs is the same code with the backend torch picks for CUDA tensors.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -26,17 +40,99 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
 def shard_for_training(loss_module: torch.nn.Module) -> torch.nn.Module:
-    """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise."""
+    """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
+
+    fully_shard moves the parameters to the mesh's device (cuda:LOCAL_RANK when CUDA is present).
+    """
     if world_size() == 1:
         return loss_module
     from torch.distributed.fsdp import fully_shard
 
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group()
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    for layer in loss_module.lm.base_model.layers:
-        fully_shard(layer)
-    fully_shard(loss_module)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group()
+    units = [*loss_module.lm.base_model.layers, loss_module]
+    for unit in units:
+        fully_shard(unit)
+    for unit in units:
+        # Each rank's loss is already divided by the whole step's token count, so the ranks'
+        # gradients add up to the step's gradient: sum them (FSDP averages by default). Forcing
+        # plain SUM collectives also keeps gloo working (a custom divide factor needs PREMUL_SUM).
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)
     return loss_module
+
+
+def rank_micro_batches(num_micro_batches: int, num_ranks: int, this_rank: int) -> list[tuple[int, bool]]:
+    """(micro-batch index, counts) pairs that `this_rank` runs in one step.
+
+    Round-robin: rank r takes r, r + num_ranks, ...; a rank with fewer than
+    ceil(num_micro_batches / num_ranks) pads with the last micro-batch, counts=False (its loss is
+    multiplied by 0), so every rank runs the same number of passes. One rank runs them all, in order.
+    """
+    per_rank = -(-num_micro_batches // num_ranks)
+    own = [(index, True) for index in range(this_rank, num_micro_batches, num_ranks)]
+    return own + [(num_micro_batches - 1, False)] * (per_rank - len(own))
+
+
+def optimizer_state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """optimizer.state_dict() (keyed by parameter index) -> keyed by parameter name, as
+    torch.distributed.checkpoint's set_optimizer_state_dict wants. names[i] is parameter i."""
+    return {
+        "state": {names[index]: value for index, value in state["state"].items()},
+        "param_groups": [{**group, "params": [names[i] for i in group["params"]]} for group in state["param_groups"]],
+    }
+
+
+def optimizer_state_by_index(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """Inverse of `optimizer_state_by_name`: the layout a one-process optimizer.state_dict() has."""
+    index = {name: i for i, name in enumerate(names)}
+    return {
+        "state": {index[name]: value for name, value in state["state"].items()},
+        "param_groups": [{**group, "params": [index[n] for n in group["params"]]} for group in state["param_groups"]],
+    }
+
+
+def parameter_names(model: torch.nn.Module) -> list[str]:
+    """Names in the order of model.parameters() (tied aliases once), i.e. the optimizer's indices."""
+    return [name for name, _ in model.named_parameters()]
+
+
+def gather_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(model state, optimizer state), full and on CPU on rank 0, {} on the other ranks.
+
+    A collective: every rank must call it. The optimizer state comes back in the one-process
+    layout, so the checkpoint does not depend on how many ranks wrote it.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    from training.checkpoint import tied_parameter_aliases
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=options)
+    optimizer_state = get_optimizer_state_dict(model, optimizer, options=options)
+    if rank() != 0:
+        return {}, {}
+    # The gather returns a tied alias (lm_head.weight) as its own tensor, which save_pretrained
+    # would then write twice; one process writes the shared tensor once.
+    aliases = tied_parameter_aliases(model)
+    model_state = {name: tensor for name, tensor in model_state.items() if name not in aliases}
+    return model_state, optimizer_state_by_index(optimizer_state, parameter_names(model))
+
+
+def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a one-process optimizer state (every rank passes the full state) into a sharded optimizer."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, optimizer_state_by_name(state, parameter_names(model)),
+                             options=StateDictOptions(full_state_dict=True))

@@ -5,6 +5,8 @@ into rows of at most `max_length` tokens and the rows grouped into micro-batches
 `micro_batch_tokens` padded tokens; each micro-batch's summed token loss is divided by the step's
 total number of loss tokens before backward, so the accumulated gradient is exactly that of the
 token-mean loss over the whole step, however the step is split. Then clip, AdamW, next step.
+Under torchrun (WORLD_SIZE > 1) the same loop runs on every rank with the model sharded by FSDP2
+and the step's micro-batches split across ranks; see training/sft/distributed.py.
 
 Resume: a checkpoint holds the weights, AdamW state, RNG states and the sampler's (epoch, cursor);
 the learning rate is a pure function of the step. Continuing from it runs exactly the steps an
@@ -27,7 +29,14 @@ import torch
 
 from training.checkpoint import load_checkpoint, load_model_weights, restore_rng_state, save_checkpoint
 from training.sft.config import StageConfig
-from training.sft.distributed import world_size
+from training.sft.distributed import (
+    gather_full_state,
+    load_optimizer_state,
+    rank,
+    rank_micro_batches,
+    shard_for_training,
+    world_size,
+)
 from training.sft.model_loss import PackedLMLoss
 from training.sft.packing import SFTExample, block_causal_mask, collate_packed, group_micro_batches, pack_first_fit_decreasing
 from training.sft.sampler import SamplerState, StepSampler, count_steps
@@ -86,8 +95,14 @@ def train_step(
     pad_id: int,
     device: torch.device,
     mask_dtype: torch.dtype,
+    num_ranks: int = 1,
+    this_rank: int = 0,
 ) -> dict[str, float]:
-    """Forward and backward over one step's examples (gradients accumulate; no optimizer step)."""
+    """Forward and backward over one step's examples (gradients accumulate; no optimizer step).
+
+    With num_ranks > 1 every rank passes the whole step's examples and runs its share of the
+    micro-batches (`rank_micro_batches`); the metrics returned are the whole step's on every rank.
+    """
     lengths = [len(e.input_ids) for e in examples]
     rows = pack_first_fit_decreasing(lengths, max_length)
     row_lengths = [sum(lengths[i] for i in row) for row in rows]
@@ -95,16 +110,24 @@ def train_step(
     loss_sum = 0.0
     num_padding = 0
     num_padded = 0
-    for group in group_micro_batches(row_lengths, micro_batch_tokens):
-        batch = collate_packed(examples, [rows[g] for g in group], pad_id)
+    groups = group_micro_batches(row_lengths, micro_batch_tokens)
+    for index, counts in rank_micro_batches(len(groups), num_ranks, this_rank):
+        batch = collate_packed(examples, [rows[g] for g in groups[index]], pad_id)
         attention_mask = block_causal_mask(batch.segment_ids.to(device), mask_dtype)
         micro_loss = loss_module(
             batch.input_ids.to(device), attention_mask, batch.position_ids.to(device), batch.targets.to(device)
         )
+        if not counts:  # a rank's padding pass: same collectives as the others, zero gradient
+            (micro_loss * 0.0).backward()
+            continue
         (micro_loss / num_loss_tokens).backward()
         loss_sum += micro_loss.item()
         num_padding += batch.num_padding_tokens
         num_padded += batch.input_ids.numel()
+    if num_ranks > 1:
+        totals = torch.tensor([loss_sum, num_padding, num_padded], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(totals)
+        loss_sum, num_padding, num_padded = totals.tolist()
     return {
         "loss": loss_sum / num_loss_tokens,
         "num_loss_tokens": float(num_loss_tokens),
@@ -129,41 +152,45 @@ def train_stage(
     on_metrics(metrics, step) is called after every optimizer step (step counts from 1);
     on_checkpoint(path, step) after every checkpoint is complete on disk. `resume_from` is a
     checkpoint directory of this same stage (same name, seed and data), else a ValueError.
+
+    Under torchrun (WORLD_SIZE > 1) every rank calls this with the same arguments; the model is
+    sharded in place with FSDP2, rank 0 alone writes checkpoints and calls the callbacks.
     """
     cfg = stage_cfg
-    if world_size() > 1:
-        raise ValueError(
-            "train_stage runs in one process for now: splitting steps across ranks and gathering "
-            "checkpoints under FSDP2 are not wired yet (see training/sft/distributed.py)"
-        )
+    num_ranks, this_rank = world_size(), rank()
     validate_examples(examples, cfg.max_length)
     lengths = [len(e.input_ids) for e in examples]
     total_steps = cfg.num_steps if cfg.num_steps is not None else count_steps(lengths, cfg.batch_tokens, cfg.seed, cfg.num_epochs)
     fingerprint = data_fingerprint(examples)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    device = next(model.parameters()).device
 
     seed_everything(cfg.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step, sampler_state = 0, SamplerState()
-    if resume_from is not None:
-        checkpoint = load_checkpoint(resume_from)
+    checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
+    if checkpoint is not None:
         state = checkpoint.trainer_state
         expected = {"stage": cfg.name, "seed": cfg.seed, "data_fingerprint": fingerprint, "total_steps": total_steps}
         differing = {k: (state.get(k), v) for k, v in expected.items() if state.get(k) != v}
         if differing:
             raise ValueError(f"cannot resume from {resume_from}: (checkpoint, now) differ for {differing}")
-        load_model_weights(model, checkpoint.model_state)
-        optimizer.load_state_dict(checkpoint.optimizer_state)
+        load_model_weights(model, checkpoint.model_state)  # before sharding: each rank keeps its shard
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    loss_module = shard_for_training(PackedLMLoss(model, cfg.loss_chunk_size))
+    device = next(model.parameters()).device  # after sharding, which moves it to the rank's device
+    mask_dtype = next(model.parameters()).dtype
+    # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step, sampler_state = 0, SamplerState()
+    if checkpoint is not None:
+        if num_ranks == 1:
+            optimizer.load_state_dict(checkpoint.optimizer_state)
+        else:
+            load_optimizer_state(model, optimizer, checkpoint.optimizer_state)
         restore_rng_state(checkpoint.rng_state)
         step, sampler_state = state["step"], SamplerState(state["epoch"], state["cursor"])
     sampler = StepSampler(lengths, cfg.batch_tokens, cfg.seed, sampler_state)
 
-    if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    loss_module = PackedLMLoss(model, cfg.loss_chunk_size)
-    mask_dtype = next(model.parameters()).dtype
     last_checkpoint = resume_from
     metrics: dict[str, float] = {}
     while step < total_steps:
@@ -172,9 +199,12 @@ def train_stage(
         for group in optimizer.param_groups:
             group["lr"] = lr
         step_examples = [examples[i] for i in sampler.next_step()]
-        metrics = train_step(loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, pad_id, device, mask_dtype)
+        metrics = train_step(loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, pad_id, device,
+                             mask_dtype, num_ranks, this_rank)
         max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if num_ranks > 1:  # the norm of sharded gradients is a replicated DTensor
+            grad_norm = grad_norm.full_tensor()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
@@ -186,7 +216,7 @@ def train_stage(
             epoch=float(sampler.state.epoch),
             peak_memory_mb=peak_memory_mb(),
         )
-        if on_metrics is not None:
+        if on_metrics is not None and this_rank == 0:
             on_metrics(metrics, step)
         if step == total_steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             trainer_state = {
@@ -198,9 +228,19 @@ def train_stage(
                 "epoch": sampler.state.epoch,
                 "cursor": sampler.state.cursor,
             }
-            last_checkpoint = save_checkpoint(out_dir, f"step_{step:06d}", model, tokenizer, optimizer, trainer_state)
-            if on_checkpoint is not None:
+            name = f"step_{step:06d}"
+            if num_ranks == 1:
+                last_checkpoint = save_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state)
+            else:
+                model_state, optimizer_state = gather_full_state(model, optimizer)  # every rank gathers
+                last_checkpoint = out_dir / name
+                if this_rank == 0:
+                    save_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state,
+                                    model_state=model_state, optimizer_state=optimizer_state)
+            if on_checkpoint is not None and this_rank == 0:
                 on_checkpoint(last_checkpoint, step)
+            if num_ranks > 1:  # rank 0 has written (and committed) it before any rank returns its path
+                torch.distributed.barrier()
     if last_checkpoint is None:
         raise ValueError(f"stage {cfg.name!r} ran no steps and has no checkpoint (total_steps={total_steps})")
     return TrainResult(last_checkpoint=last_checkpoint, num_steps=step, last_metrics=metrics)

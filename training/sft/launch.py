@@ -1,0 +1,92 @@
+"""Run one SFT stage from a YAML file: the entry point torchrun starts on every rank.
+
+    torchrun --standalone --nproc_per_node 8 -m training.sft.launch stage.yaml   # FSDP2, 8 ranks
+    python -m training.sft.launch stage.yaml                                     # one process
+
+The file holds a `LaunchConfig`, e.g.
+    model: /data/ckpt/format          # local checkpoint dir (safetensors + tokenizer)
+    out_dir: /data/ckpt/reasoning     # step_NNNNNN checkpoints land here (rank 0 writes them)
+    stage: {name: reasoning, datasets: {/data/sft_stage2.jsonl: 1.0}, max_length: 2048,
+            num_epochs: 2, lr: 1.0e-5, batch_tokens: 65536, micro_batch_tokens: 8192}
+`stage` is one entry of the sft flow's `stages`, and its datasets are read, mixed and encoded as
+the flow does for a dataset named by a local .jsonl/.parquet chat file (training.sft.sources,
+training.sft.data). What the flow adds and this leaves out, so that every rank runs the same
+plain code: artifact URIs and generated data (fetch or export them to local files first),
+eval decontamination, MLflow and the artifact store; metrics are JSON lines on rank 0's stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from training.model_source import load_causal_lm, load_tokenizer
+from training.sft.config import StageConfig
+from training.sft.data import encode_rows, mix_stage_rows
+from training.sft.distributed import rank
+from training.sft.loop import MetricsCallback, TrainResult, train_stage
+from training.sft.packing import SFTExample
+from training.sft.sources import read_chat_rows
+
+
+class LaunchConfig(BaseModel):
+    """One stage to train, from a local checkpoint, on local chat files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    model: Path
+    """Local checkpoint dir to start from (model.safetensors, config.json, tokenizer files)."""
+    out_dir: Path
+    """Where the stage's checkpoints are written, as out_dir/step_NNNNNN."""
+    resume_from: Path | None = None
+    """A checkpoint of this same stage (same name, seed and data) to continue from."""
+    stage: StageConfig
+    """The stage; its `datasets` keys are local .jsonl/.parquet chat files."""
+
+
+def local_stage_examples(stage: StageConfig, tokenizer) -> list[SFTExample]:
+    """The stage's encoded examples from its local files (left-out rows are counted on stderr)."""
+    datasets, num_left_out = {}, 0
+    for name in stage.datasets:
+        datasets[name], bad = read_chat_rows(Path(name))
+        num_left_out += len(bad)
+    mixed, not_mixed = mix_stage_rows(datasets, stage.datasets, stage.bands, stage.seed)
+    examples, too_long = encode_rows(tokenizer, mixed, stage.max_length)
+    if rank() == 0:
+        print(f"stage {stage.name}: {len(examples)} examples, "
+              f"{num_left_out + len(not_mixed) + len(too_long)} rows left out", file=sys.stderr)
+    return examples
+
+
+def print_metrics(metrics: dict[str, float], step: int) -> None:
+    print(json.dumps({"step": step, **metrics}), flush=True)
+
+
+def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics) -> TrainResult:
+    """Load, encode and train; under torchrun every rank calls this with the same config."""
+    tokenizer = load_tokenizer(config.model)
+    examples = local_stage_examples(config.stage, tokenizer)
+    model = load_causal_lm(config.model)
+    return train_stage(model, tokenizer, examples, config.stage, config.out_dir,
+                       resume_from=config.resume_from, on_metrics=on_metrics)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m training.sft.launch", description=__doc__.split("\n")[0])
+    parser.add_argument("config", type=Path, help="YAML file holding a LaunchConfig")
+    args = parser.parse_args(argv)
+    result = run(LaunchConfig.model_validate(yaml.safe_load(args.config.read_text())))
+    if rank() == 0:
+        print(json.dumps({"checkpoint": str(result.last_checkpoint), "num_steps": result.num_steps}), flush=True)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
