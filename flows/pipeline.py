@@ -123,7 +123,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
             recurate_config = _stage_config(CurateConfig, config.curate, outputs, model=sft_checkpoint)
             for part in (recurate_config.sft, recurate_config.correction, recurate_config.synthetic):
                 part.enabled = False
-            runs["recurate"] = curate(recurate_config, run_id)
+            runs["recurate"] = curate(recurate_config, run_id, run_name="recurate")
             outputs["recurate"] = runs["recurate"].outputs
         else:
             outputs["recurate"] = outputs["curate"]
@@ -133,9 +133,12 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         checkpoints = {"base": config.model, "sft": sft_checkpoint, "rl": outputs["rl"]["checkpoint"]}
         evaluations = {}
         for label, checkpoint in checkpoints.items():
-            baseline = None if label == "base" else config.model
+            # SFT and RL compare against the base evaluation's own samples, not a fresh draw
+            comparison = {} if label == "base" else {
+                "baseline": config.model, "baseline_samples": evaluations["base"].outputs["samples"]}
             evaluations[label] = evaluate(_stage_config(
-                EvaluateConfig, config.evaluate, outputs, model=checkpoint, baseline=baseline), run_id)
+                EvaluateConfig, config.evaluate, outputs, model=checkpoint, **comparison), run_id,
+                run_name=f"evaluate-{label}")
         table = pass_at_1_table(evaluations, config.best_metric)
         logger.info("\n%s", format_table(table, config.best_metric))
 

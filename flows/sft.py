@@ -176,7 +176,8 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
             metrics |= _evaluate(model_dir, eval_sets, config.eval, "before", 0, run_id)
         eval_prompts = [row["prompt"] for rows in eval_sets.values() for row in rows]
         refs = _dataset_refs(config, eval_prompts, run_id)
-        outputs = {f"data_{name}": ref for name, ref in refs.items()}
+        # datasets this run built are outputs; those it was given by URI are its inputs
+        outputs = {f"data_{name}": ref for name, ref in refs.items() if name in config.generated}
 
         start_from, start_dir, step_offset = config.model, model_dir, 0
         kill_budget = config.kill_after_steps

@@ -89,6 +89,27 @@ def verify_samples(
     return records
 
 
+def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any]]], n: int) -> list[dict[str, Any]]:
+    """The evaluated model's per-sample rows from an earlier evaluation's `samples` artifact,
+    checked to hold exactly n samples of every problem in `eval_sets` and nothing else."""
+    from collections import Counter
+
+    from tasks.datasets import read_table
+
+    rows = [{k: v for k, v in row.items() if k != "checkpoint"}
+            for row in read_table(samples_uri).to_pylist() if row["checkpoint"] == "model"]
+    have = Counter((row["eval_set"], row["problem_id"]) for row in rows)
+    want = {(name, problem["id"]): n for name, problems in eval_sets.items() for problem in problems}
+    if have != want:
+        missing = sorted(want.keys() - have.keys())[:3]
+        extra = sorted(have.keys() - want.keys())[:3]
+        miscounted = sorted(key for key in want.keys() & have.keys() if have[key] != n)[:3]
+        raise ValueError(f"baseline_samples {samples_uri} do not match these eval sets with n={n}: "
+                         f"missing {missing}, extra {extra}, sample count differs for {miscounted} "
+                         "(first 3 of each); evaluate the baseline again instead")
+    return rows
+
+
 def report_of(sample_rows: list[dict[str, Any]]) -> EvalReport:
     """The EvalReport of per-sample rows, grouped by eval set (the report's "task")."""
     return build_report([{**row, "task": row["eval_set"]} for row in sample_rows])

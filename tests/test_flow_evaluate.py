@@ -124,6 +124,31 @@ def test_eval_sets_from_datasets_and_suites(harness, tmp_path, monkeypatch) -> N
         eval_sets_from({"code": uri}, {"code": ProblemSource(suite="code").model_dump()})
 
 
+def test_baseline_samples_are_reused_only_when_they_cover_the_eval_sets(evaluated, tmp_path, monkeypatch) -> None:
+    """The pipeline compares SFT and RL against the base evaluation's own samples: the model rows
+    of that `samples` artifact come back unchanged, and rows for other problems or another n are
+    refused, naming the problem."""
+    import pyarrow as pa
+
+    from tasks.datasets import commit_table
+    from tasks.evaluation import earlier_model_rows, report_of
+
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
+    _, rows = evaluated
+    table = pa.Table.from_pylist([{"checkpoint": label, **row} for label in ("model", "baseline") for row in rows])
+    uri = commit_table(table, "evaluations/earlier/samples", "test", {})
+    sets = {"arith": MATH_ROWS, "follow": IFEVAL_ROWS}
+    reused = earlier_model_rows(uri, sets, N)
+    assert reused == rows  # only the model's rows, every field as sampled
+    assert report_of(reused).metrics() == report_of(rows).metrics()
+    with pytest.raises(ValueError, match=r"missing \[\('arith', 'm3'\)\]"):
+        earlier_model_rows(uri, {**sets, "arith": [*MATH_ROWS, {**MATH_ROWS[0], "id": "m3"}]}, N)
+    with pytest.raises(ValueError, match=r"extra \[\('follow', 'i1'\)\]"):
+        earlier_model_rows(uri, {"arith": MATH_ROWS}, N)
+    with pytest.raises(ValueError, match="sample count differs"):
+        earlier_model_rows(uri, sets, N + 1)
+
+
 def test_verifier_settings_follow_the_answer_format() -> None:
     assert verifier_settings_for("plain")["math"] == {"rule": "last_number"}
     assert verifier_settings_for("boxed")["math"] == {"rule": "boxed"}
@@ -138,6 +163,8 @@ def test_config_refuses_inconsistent_settings() -> None:
         EvaluateConfig(datasets={"math": "file:///x"})
     with pytest.raises(ValueError, match="at least one eval set"):
         EvaluateConfig(suites={})
+    with pytest.raises(ValueError, match="baseline_samples needs baseline"):
+        EvaluateConfig(baseline_samples="file:///x")
 
 
 @pytest.mark.slow

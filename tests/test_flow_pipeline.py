@@ -101,4 +101,11 @@ def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:
     children = client.search_runs([parent.info.experiment_id],
                                   f"tags.mlflow.parentRunId = '{first.mlflow_run_id}'")
     assert sorted(run.info.run_name for run in children) == sorted(
-        ["curate", "curate", "sft", "rl", "evaluate", "evaluate", "evaluate"])
+        ["curate", "recurate", "sft", "rl", "evaluate-base", "evaluate-sft", "evaluate-rl"])
+    # SFT and RL are compared with the base evaluation's own samples, not with a second draw
+    by_name = {run.info.run_name: run.data.metrics for run in children}
+    base_pass = {name: value for name, value in by_name["evaluate-base"].items()
+                 if name.endswith("/pass_at_1") and name.count("/") == 1}
+    assert base_pass
+    for label in ("sft", "rl"):
+        assert {name: by_name[f"evaluate-{label}"][f"baseline/{name}"] for name in base_pass} == base_pass
