@@ -12,7 +12,7 @@ import random
 from collections.abc import Hashable
 from fractions import Fraction
 
-from curation.rows import quarantine
+from passband.curation.rows import quarantine
 
 
 def stratified_sample(

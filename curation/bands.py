@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from curation.rows import quarantine
+from passband.curation.rows import quarantine
 
 _INTERVAL = re.compile(r"^\s*([\(\[])\s*([^,\s]+)\s*,\s*([^\]\)\s]+)\s*([\)\]])\s*$")
 

@@ -9,8 +9,8 @@ import hashlib
 import re
 import unicodedata
 
-from curation.minhash import band_keys, lsh_rows_per_band, minhash_permutations, minhash_signature, shingle_hashes
-from curation.rows import quarantine
+from passband.curation.minhash import band_keys, lsh_rows_per_band, minhash_permutations, minhash_signature, shingle_hashes
+from passband.curation.rows import quarantine
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 

@@ -7,7 +7,7 @@ trajectories that passed and were verified by every applicable check are kept.
 
 import math
 
-from curation.rows import quarantine
+from passband.curation.rows import quarantine
 
 CHECKS = ("consistency", "execution", "math", "structure")
 """The recipe's four verification checks; row column `verdict_<check>` holds each verdict."""

@@ -20,9 +20,9 @@ them; a check that applies to the task but says "not_applicable" counts as faile
 import ast
 import re
 
-from curation.verifiers.code import extract_code
-from curation.verifiers.math import extract_answer
-from curation.verifiers.structure import StructureSpec, check_structure
+from passband.curation.verifiers.code import extract_code
+from passband.curation.verifiers.math import extract_answer
+from passband.curation.verifiers.structure import StructureSpec, check_structure
 
 _WORD = re.compile(r"[a-z]{4,}")
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+")

@@ -18,9 +18,9 @@ import math
 import random
 import re
 
-from curation.rows import quarantine
-from curation.suites.math_problems import SUBDOMAINS, MathProblem, make_problem, render_answer
-from curation.suites.math_suite import instruction_for
+from passband.curation.rows import quarantine
+from passband.curation.suites.math_problems import SUBDOMAINS, MathProblem, make_problem, render_answer
+from passband.curation.suites.math_suite import instruction_for
 
 MAX_DUPLICATE_DRAWS = 500  # consecutive repeats after which a (subdomain, difficulty) is exhausted
 _ADD_EQ = re.compile(r"^x ([+-]) (\d+) = (-?\d+)$")  # "x + 5 = 13", "x - 7 = -6"
@@ -109,7 +109,7 @@ def worked_math_rows(
     subdomain, prompt, reference, source, difficulty) plus `completion`. A completion the math
     verifier does not pass comes back quarantined with the verifier's detail.
     """
-    from curation.verifiers.math import verify_math  # math-verify pulls in sympy: import on use
+    from passband.curation.verifiers.math import verify_math  # math-verify pulls in sympy: import on use
 
     chosen = list(SUBDOMAINS) if subdomains is None else list(subdomains)
     unknown = [name for name in chosen if name not in SUBDOMAINS]

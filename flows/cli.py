@@ -11,12 +11,12 @@ import click
 
 # flow name -> "module:function" and its config class; one entry point per flow.
 FLOWS = {
-    "sample": ("flows.sample", "sample", "SampleConfig"),
-    "curate": ("flows.curate", "curate", "CurateConfig"),
-    "sft": ("flows.sft", "sft", "SFTConfig"),
-    "rl": ("flows.rl", "rl", "RLConfig"),
-    "evaluate": ("flows.evaluate", "evaluate", "EvaluateConfig"),
-    "pipeline": ("flows.pipeline", "pipeline", "PipelineConfig"),
+    "sample": ("passband.flows.sample", "sample", "SampleConfig"),
+    "curate": ("passband.flows.curate", "curate", "CurateConfig"),
+    "sft": ("passband.flows.sft", "sft", "SFTConfig"),
+    "rl": ("passband.flows.rl", "rl", "RLConfig"),
+    "evaluate": ("passband.flows.evaluate", "evaluate", "EvaluateConfig"),
+    "pipeline": ("passband.flows.pipeline", "pipeline", "PipelineConfig"),
 }
 
 
@@ -48,8 +48,8 @@ def main() -> None:
               help="Override one setting by dotted key, e.g. --set rl.steps=4 (repeatable).")
 def run(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...]) -> None:
     """Run FLOW (sample, curate, sft, rl, evaluate, pipeline) on the configured stack."""
-    from flows.config import ConfigError, resolve_config
-    from flows.stack import prepare_environment, stdout_reserved_for_summary
+    from passband.flows.config import ConfigError, resolve_config
+    from passband.flows.stack import prepare_environment, stdout_reserved_for_summary
 
     prepare_environment()
     flow_fn, config_cls = load_flow(flow_name)
@@ -73,7 +73,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
 @click.option("--worker", is_flag=True, help="Also start a Prefect worker on the local process pool.")
 def up(worker: bool) -> None:
     """Start the local Prefect server and MLflow UI in the background; print their URLs."""
-    from flows.stack import start_services
+    from passband.flows.stack import start_services
 
     for name, url in start_services(worker=worker).items():
         click.echo(f"{name}: {url}")
@@ -82,7 +82,7 @@ def up(worker: bool) -> None:
 @main.command()
 def down() -> None:
     """Stop the services `passband up` started."""
-    from flows.stack import stop_services
+    from passband.flows.stack import stop_services
 
     for name in stop_services():
         click.echo(f"stopped {name}")
@@ -91,7 +91,7 @@ def down() -> None:
 @main.command()
 def doctor() -> None:
     """Print versions, engine availability and the resolved stack settings."""
-    from flows.stack import doctor_report
+    from passband.flows.stack import doctor_report
 
     click.echo(doctor_report())
 
@@ -104,7 +104,7 @@ def doctor() -> None:
 @click.option("--mode", default=None, help="IFEval mode: strict or loose.")
 def verify(task_name: str, input_path: Path, output_path: Path, rule: str | None, mode: str | None) -> None:
     """Verify a JSONL file of {id, completion, reference} rows; write them back with score/status/detail."""
-    from flows.verify_cmd import verify_file
+    from passband.flows.verify_cmd import verify_file
 
     settings = {k: v for k, v in {"rule": rule, "mode": mode}.items() if v is not None}
     counts = verify_file(task_name, input_path, output_path, **settings)
@@ -116,7 +116,7 @@ def verify(task_name: str, input_path: Path, output_path: Path, rule: str | None
               help="Deployment file (default: infra/prefect.yaml).")
 def deploy(prefect_file: Path | None) -> None:
     """Register every flow's deployments (infra/prefect.yaml) with the Prefect server."""
-    from flows.deploy import register_deployments
+    from passband.flows.deploy import register_deployments
 
     for name in register_deployments(prefect_file):
         click.echo(f"registered {name}")

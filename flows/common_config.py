@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from flows.config import Config
+from passband.flows.config import Config
 
 
 class EngineConfig(Config):

@@ -15,8 +15,8 @@ import time
 
 from prefect import flow, get_run_logger
 
-from flows.curate_config import CurateConfig
-from flows.summary import RunSummary
+from passband.flows.curate_config import CurateConfig
+from passband.flows.summary import RunSummary
 
 __all__ = ["CurateConfig", "curate"]
 
@@ -25,14 +25,14 @@ __all__ = ["CurateConfig", "curate"]
 def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = None,
            run_name: str = "curate") -> RunSummary:
     """Pools -> eval_*, rl_*, sft_stage1, sft_stage2 and removed Parquet artifacts + metrics."""
-    from curation.bands import BandFilter, DifficultyBands, label_rows, prefilter_by_column
-    from curation.curate_rows import attach_pass_rates, count_by, removed_record
-    from curation.suites.math_suite import extraction_rule_for
-    from tasks import tracking
-    from tasks.cache import find_completed, save_summary
-    from tasks.model import resolve_model
-    from tasks.passrate import LazyEngine, SamplingTally, checkpoint_id, estimate_pass_rates
-    from training.model_source import load_tokenizer
+    from passband.curation.bands import BandFilter, DifficultyBands, label_rows, prefilter_by_column
+    from passband.curation.curate_rows import attach_pass_rates, count_by, removed_record
+    from passband.curation.suites.math_suite import extraction_rule_for
+    from passband.tasks import tracking
+    from passband.tasks.cache import find_completed, save_summary
+    from passband.tasks.model import resolve_model
+    from passband.tasks.passrate import LazyEngine, SamplingTally, checkpoint_id, estimate_pass_rates
+    from passband.training.model_source import load_tokenizer
 
     logger = get_run_logger()
     tracking.configure()
@@ -53,7 +53,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
             outputs[f"eval_{task_name}"] = _commit(rows, f"eval_{task_name}", "eval", run_id, resolved)
         eval_rows = [row for rows in evals.values() for row in rows]
         if config.hygiene.against_humaneval:
-            from curation.suites.humaneval import load_humaneval
+            from passband.curation.suites.humaneval import load_humaneval
 
             eval_rows += load_humaneval()
         train = _hygiene(config, train, eval_rows, removed)
@@ -92,7 +92,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
             metrics[f"kept/rl_{task_name}"] = len(rows)
 
         if config.sft.enabled:
-            from flows.curate_sft import build_sft_sets
+            from passband.flows.curate_sft import build_sft_sets
 
             stage1, stage2 = build_sft_sets(
                 config, train, samples_by_task, engine, model_dir, student, tokenizer, sampling,
@@ -124,8 +124,8 @@ def _sampling_key(config: CurateConfig, n: int, top_k: int, temperature: float) 
 
 def _load_and_hold_out(config: CurateConfig) -> tuple[dict, dict]:
     """Per task: the generated/loaded pool split into (train, eval) before any filtering."""
-    from curation.holdout import hold_out
-    from tasks.data import load_problems_task
+    from passband.curation.holdout import hold_out
+    from passband.tasks.data import load_problems_task
 
     train, evals = {}, {}
     for task_name, pool in config.pools().items():
@@ -147,8 +147,8 @@ def _generator_name(source) -> str:
 
 def _hygiene(config: CurateConfig, train: dict, eval_rows: list[dict], removed: list[dict]) -> dict:
     """Exact and near duplicates within each pool; n-gram overlap with every eval row (all tasks)."""
-    from curation.curate_rows import removed_record
-    from curation.hygiene import decontaminate, remove_exact_duplicates, remove_near_duplicates
+    from passband.curation.curate_rows import removed_record
+    from passband.curation.hygiene import decontaminate, remove_exact_duplicates, remove_near_duplicates
 
     cleaned = {}
     for task_name, rows in train.items():
@@ -166,9 +166,9 @@ def _hygiene(config: CurateConfig, train: dict, eval_rows: list[dict], removed: 
 
 def _log_pass_rate_plots(config: CurateConfig, train: dict, bands, metrics: dict, run_id: str) -> None:
     """Histogram counts and band counts as metrics, one histogram PNG per task."""
-    from curation.bands import band_counts, pass_rate_histogram
-    from tasks import tracking
-    from tasks.plots import pass_rate_histogram_figure
+    from passband.curation.bands import band_counts, pass_rate_histogram
+    from passband.tasks import tracking
+    from passband.tasks.plots import pass_rate_histogram_figure
 
     rows = [row for task_rows in train.values() for row in task_rows]
     histogram = pass_rate_histogram(rows, bins=config.histogram_bins)
@@ -185,9 +185,9 @@ def _log_pass_rate_plots(config: CurateConfig, train: dict, bands, metrics: dict
 
 def _rl_sets(config: CurateConfig, train: dict, removed: list[dict]) -> dict[str, list[dict]]:
     """The recipe's band per task, then stratified sampling and size alignment across tasks."""
-    from curation.balance import align_sizes, stratified_sample
-    from curation.bands import BandFilter, apply_band, reference_band
-    from curation.curate_rows import removed_record
+    from passband.curation.balance import align_sizes, stratified_sample
+    from passband.curation.bands import BandFilter, apply_band, reference_band
+    from passband.curation.curate_rows import removed_record
 
     in_band = {}
     for task_name, rows in train.items():
@@ -215,15 +215,15 @@ def _rl_sets(config: CurateConfig, train: dict, removed: list[dict]) -> dict[str
 
 def _commit(rows: list[dict], name: str, context: str, run_id: str, resolved: dict) -> str:
     """Problem rows (JSON-text reference) as a versioned Parquet artifact, logged to MLflow."""
-    from curation.suites.rows import rows_to_table
-    from tasks import tracking
-    from tasks.datasets import commit_table
+    from passband.curation.suites.rows import rows_to_table
+    from passband.tasks import tracking
+    from passband.tasks.datasets import commit_table
 
     table = rows_to_table(rows)
     if not rows and context == "training":  # an empty RL set still has the RL columns
         import pyarrow as pa
 
-        from curation.curate_rows import RL_EXTRA_COLUMNS
+        from passband.curation.curate_rows import RL_EXTRA_COLUMNS
 
         for column, kind in RL_EXTRA_COLUMNS.items():
             table = table.append_column(column, pa.array([], type=getattr(pa, kind)()))
@@ -238,9 +238,9 @@ def _commit_sft(rows: list[dict], name: str, run_id: str, resolved: dict) -> str
 
     import pyarrow as pa
 
-    from curation.curate_rows import SFT_COLUMNS
-    from tasks import tracking
-    from tasks.datasets import commit_table
+    from passband.curation.curate_rows import SFT_COLUMNS
+    from passband.tasks import tracking
+    from passband.tasks.datasets import commit_table
 
     floats = {"pass_rate", "perplexity"}
     ints = {"npass", "num_samples", "sample_index", "num_tokens"}
@@ -258,8 +258,8 @@ def _commit_sft(rows: list[dict], name: str, run_id: str, resolved: dict) -> str
 def _commit_removed(removed: list[dict], run_id: str, resolved: dict) -> str:
     import pyarrow as pa
 
-    from tasks import tracking
-    from tasks.datasets import commit_table
+    from passband.tasks import tracking
+    from passband.tasks.datasets import commit_table
 
     names = ("id", "task", "subdomain", "stage", "removed_reason", "reason_kind", "prompt", "completion", "row_json")
     table = pa.table({name: pa.array([row.get(name) for row in removed], type=pa.string()) for name in names})

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from flows.common_config import EngineConfig, ProblemSource
-from flows.config import Config
+from passband.flows.common_config import EngineConfig, ProblemSource
+from passband.flows.config import Config
 
 TASK_NAMES = ("math", "code", "ifeval")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from flows.curate_config import CurateConfig
+from passband.flows.curate_config import CurateConfig
 
 
 def build_sft_sets(
@@ -26,9 +26,9 @@ def build_sft_sets(
     tally: Any,
 ) -> tuple[list[dict], list[dict]]:
     """(stage-1 rows, stage-2 rows); counts go to `metrics`, sampling totals to `tally`."""
-    from curation.curate_rows import removed_record, sft_row
-    from curation.sft_select import select_sft
-    from curation.synthetic import attach_samples
+    from passband.curation.curate_rows import removed_record, sft_row
+    from passband.curation.sft_select import select_sft
+    from passband.curation.synthetic import attach_samples
 
     logger = get_run_logger()
     system = config.sft.system_prompt
@@ -45,9 +45,9 @@ def build_sft_sets(
 
     teacher_engine, teacher_id, teacher_tokenizer = engine, student, tokenizer
     if config.teacher is not None and config.teacher != config.model:
-        from tasks.model import resolve_model
-        from tasks.passrate import LazyEngine, checkpoint_id
-        from training.model_source import load_tokenizer
+        from passband.tasks.model import resolve_model
+        from passband.tasks.passrate import LazyEngine, checkpoint_id
+        from passband.training.model_source import load_tokenizer
 
         engine.close()  # one engine in memory at a time
         teacher_dir = resolve_model(config.teacher)
@@ -90,7 +90,7 @@ def build_sft_sets(
 
 def _with_verdicts(config: CurateConfig, problems: list[dict], samples: list[dict], verify_settings: dict) -> list[dict]:
     """Samples with the four verdict columns (curation.trace_checks)."""
-    from curation.trace_checks import four_verdicts, structure_spec_for
+    from passband.curation.trace_checks import four_verdicts, structure_spec_for
 
     math_rule = verify_settings["math"]["rule"]
     sections = tuple(tuple(pair) for pair in config.sft.structure_sections)
@@ -115,10 +115,10 @@ def _teacher_traces(
     keep_student_rates: rows keep their pass_rate/band (the student's, for corrections);
     otherwise pass_rate and band are the teacher's on these attempts (synthetic queries).
     """
-    from curation.bands import label_rows
-    from curation.curate_rows import attach_pass_rates, removed_record, sft_row
-    from curation.sft_select import combine_verdicts
-    from tasks.passrate import estimate_pass_rates
+    from passband.curation.bands import label_rows
+    from passband.curation.curate_rows import attach_pass_rates, removed_record, sft_row
+    from passband.curation.sft_select import combine_verdicts
+    from passband.tasks.passrate import estimate_pass_rates
 
     if not problems:
         return []
@@ -150,10 +150,10 @@ def _teacher_traces(
 def _synthetic_queries(config: CurateConfig, task_name: str, train: dict, eval_rows: list[dict],
                        removed: list[dict], metrics: dict) -> list[dict]:
     """Fresh queries from the pool's generator, reframed; none repeats a pool prompt or overlaps eval."""
-    from curation.curate_rows import removed_record
-    from curation.hygiene import decontaminate, normalize_text, remove_exact_duplicates
-    from curation.synthetic import frame_queries
-    from tasks.data import load_problems_task
+    from passband.curation.curate_rows import removed_record
+    from passband.curation.hygiene import decontaminate, normalize_text, remove_exact_duplicates
+    from passband.curation.synthetic import frame_queries
+    from passband.tasks.data import load_problems_task
 
     source = getattr(config, task_name).source
     if source.path is not None or config.synthetic.num_queries == 0:
@@ -177,8 +177,8 @@ def _synthetic_queries(config: CurateConfig, task_name: str, train: dict, eval_r
 
 def _dedupe_traces(rows: list[dict], removed: list[dict]) -> list[dict]:
     """One row per distinct (prompt, completion): repeated identical answers teach nothing more."""
-    from curation.curate_rows import removed_record
-    from curation.hygiene import remove_exact_duplicates
+    from passband.curation.curate_rows import removed_record
+    from passband.curation.hygiene import remove_exact_duplicates
 
     keyed = [{**row, "trace_text": f"{row['prompt']}\n<completion>\n{row['completion']}"} for row in rows]
     kept, out = remove_exact_duplicates(keyed, field="trace_text")
@@ -189,9 +189,9 @@ def _dedupe_traces(rows: list[dict], removed: list[dict]) -> list[dict]:
 def _perplexity(config: CurateConfig, model_dir: str, stage1: list[dict], stage2: list[dict],
                 removed: list[dict], metrics: dict) -> tuple[list[dict], list[dict]]:
     """The student's perplexity on every kept trace; traces above the cap are removed."""
-    from curation.curate_rows import removed_record
-    from curation.sft_select import perplexity_cap
-    from tasks.trace_perplexity import trace_perplexities
+    from passband.curation.curate_rows import removed_record
+    from passband.curation.sft_select import perplexity_cap
+    from passband.tasks.trace_perplexity import trace_perplexities
 
     rows = stage1 + stage2
     values = trace_perplexities(model_dir, [row["prompt"] for row in rows], [row["completion"] for row in rows],

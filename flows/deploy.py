@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flows.config import read_yaml, resolve_config
+from passband.flows.config import read_yaml, resolve_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
@@ -39,7 +39,7 @@ class Deployment:
 
 def register_deployments(prefect_file: Path | None = None) -> list[str]:
     """Create missing work pools, then create or update every deployment; return `flow/name`s."""
-    from flows.stack import prepare_environment
+    from passband.flows.stack import prepare_environment
 
     prepare_environment()
     # the process pool's pull step runs flows from this checkout unless the user points elsewhere

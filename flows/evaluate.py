@@ -9,9 +9,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 from prefect import flow
 
-from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from flows.config import Config
-from flows.summary import RunSummary
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.flows.config import Config
+from passband.flows.summary import RunSummary
 
 MODEL_LABEL = "model"
 BASELINE_LABEL = "baseline"
@@ -80,14 +80,14 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
     """Model (+ baseline) on the eval sets -> metrics, `report` and `samples` tables, pass@k plot."""
     from prefect.logging import get_run_logger
 
-    from tasks import tracking
-    from tasks.cache import find_completed, save_summary
-    from tasks.evaluation import (earlier_model_rows, eval_sets_from, evaluate_checkpoint, perplexities_on_samples,
+    from passband.tasks import tracking
+    from passband.tasks.cache import find_completed, save_summary
+    from passband.tasks.evaluation import (earlier_model_rows, eval_sets_from, evaluate_checkpoint, perplexities_on_samples,
                                   report_of, verifier_settings_for)
-    from tasks.model import resolve_model
-    from tasks.rollout import open_engine
-    from training.engines.protocol import SamplingSettings
-    from training.evaluation.report import sampling_efficiency_gap
+    from passband.tasks.model import resolve_model
+    from passband.tasks.rollout import open_engine
+    from passband.training.engines.protocol import SamplingSettings
+    from passband.training.evaluation.report import sampling_efficiency_gap
 
     logger = get_run_logger()
     tracking.configure()
@@ -165,11 +165,11 @@ def _commit_outputs(reports: dict, sample_rows: dict[str, list[dict]], eval_sets
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
-    from curation.suites.rows import rows_to_table
-    from tasks import tracking
-    from tasks.datasets import commit_table
-    from tasks.plots import pass_at_k_figure
-    from training.evaluation.report import pass_at_k_curves
+    from passband.curation.suites.rows import rows_to_table
+    from passband.tasks import tracking
+    from passband.tasks.datasets import commit_table
+    from passband.tasks.plots import pass_at_k_figure
+    from passband.training.evaluation.report import pass_at_k_curves
 
     report_table = pa.Table.from_pylist(
         [{"checkpoint": label, **row} for label, report in reports.items() for row in report.table()])

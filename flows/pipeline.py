@@ -15,12 +15,12 @@ from typing import Any
 from prefect import flow
 from pydantic import Field
 
-from flows.config import Config
-from flows.curate import CurateConfig
-from flows.evaluate import EvaluateConfig
-from flows.rl_config import RLConfig
-from flows.sft import SFTConfig
-from flows.summary import RunSummary
+from passband.flows.config import Config
+from passband.flows.curate import CurateConfig
+from passband.flows.evaluate import EvaluateConfig
+from passband.flows.rl_config import RLConfig
+from passband.flows.sft import SFTConfig
+from passband.flows.summary import RunSummary
 
 CHECKPOINTS = ("base", "sft", "rl")
 
@@ -97,13 +97,13 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
 
     from prefect.logging import get_run_logger
 
-    from flows.curate import curate
-    from flows.evaluate import evaluate
-    from flows.rl import rl
-    from flows.sft import sft
-    from tasks import tracking
-    from tasks.provenance import code_version, config_hash
-    from tasks.registry import register_checkpoint
+    from passband.flows.curate import curate
+    from passband.flows.evaluate import evaluate
+    from passband.flows.rl import rl
+    from passband.flows.sft import sft
+    from passband.tasks import tracking
+    from passband.tasks.provenance import code_version, config_hash
+    from passband.tasks.registry import register_checkpoint
 
     logger = get_run_logger()
     start = time.perf_counter()

@@ -19,14 +19,14 @@ from typing import Any
 
 from prefect import flow
 
-from flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig, RolloutSampling
-from flows.summary import RunSummary
+from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig, RolloutSampling
+from passband.flows.summary import RunSummary
 
 __all__ = ["RLConfig", "RLEvalConfig", "RewardConfig", "RolloutSampling", "rl"]
 
 
 def _verifier_settings(reward: RewardConfig) -> dict[str, dict[str, Any]]:
-    from tasks.evaluation import verifier_settings_for
+    from passband.tasks.evaluation import verifier_settings_for
 
     return {**verifier_settings_for(reward.math_answer_format), "ifeval": {"mode": reward.ifeval_mode}}
 
@@ -35,7 +35,7 @@ def _per_task_zero_variance(batch: Any) -> dict[str, float]:
     """`{task}/zero_variance_group_frac`: groups whose valid rewards are all equal (no signal)."""
     import torch
 
-    from training.rl import zero_variance_groups
+    from passband.training.rl import zero_variance_groups
 
     rewards = torch.tensor(batch.rewards, dtype=torch.float32)
     zero = zero_variance_groups(rewards, batch.group_size, torch.tensor(batch.valid))
@@ -52,13 +52,13 @@ def _iteration(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, 
     """Run outer iteration `iteration` (1-based) and return its metrics; advances trainer.state."""
     import torch
 
-    from tasks.rl import push_weights, score_rollouts
-    from tasks.rollout import generate, rollout_stats
-    from training.chat import render_prompt
-    from training.engines.protocol import SamplingSettings
-    from training.rl.batching import build_rollout_batch
-    from training.rl.prompt_cursor import draw_prompts
-    from training.rl.update import rl_update
+    from passband.tasks.rl import push_weights, score_rollouts
+    from passband.tasks.rollout import generate, rollout_stats
+    from passband.training.chat import render_prompt
+    from passband.training.engines.protocol import SamplingSettings
+    from passband.training.rl.batching import build_rollout_batch
+    from passband.training.rl.prompt_cursor import draw_prompts
+    from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
     picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, config.weights(),
@@ -110,17 +110,17 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
 
     from prefect.logging import get_run_logger
 
-    from tasks import tracking
-    from tasks.cache import find_completed, save_summary
-    from tasks.datasets import read_table
-    from tasks.evaluation import eval_sets_from
-    from tasks.model import resolve_model
-    from tasks.registry import log_model
-    from tasks.rl import (checkpoint_uri, evaluate_policy, last_checkpoint_iteration, load_rl_problems,
+    from passband.tasks import tracking
+    from passband.tasks.cache import find_completed, save_summary
+    from passband.tasks.datasets import read_table
+    from passband.tasks.evaluation import eval_sets_from
+    from passband.tasks.model import resolve_model
+    from passband.tasks.registry import log_model
+    from passband.tasks.rl import (checkpoint_uri, evaluate_policy, last_checkpoint_iteration, load_rl_problems,
                           open_trainer, prompt_key, save_rl_checkpoint)
-    from tasks.rollout import open_engine
-    from tasks.settings import StackSettings
-    from training.engines.protocol import SamplingSettings
+    from passband.tasks.rollout import open_engine
+    from passband.tasks.settings import StackSettings
+    from passband.training.engines.protocol import SamplingSettings
 
     logger = get_run_logger()
     started = time.perf_counter()

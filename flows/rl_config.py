@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from flows.config import Config
-from training.rl.config import RLAlgoConfig
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.flows.config import Config
+from passband.training.rl.config import RLAlgoConfig
 
 TASKS = ("math", "code", "ifeval")
 # Settings that change how a run proceeds, not what it produces: left out of the cache and run keys.

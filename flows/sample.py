@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic import Field
 from prefect import flow
 
-from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from flows.config import Config
-from flows.summary import RunSummary
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.flows.config import Config
+from passband.flows.summary import RunSummary
 
 
 class SampleConfig(Config):
@@ -30,14 +30,14 @@ class SampleConfig(Config):
 @flow(name="sample")
 def sample(config: SampleConfig = SampleConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Prompts -> n rollouts each -> `samples` Parquet artifact; logs tokens/s, lengths, vllm_kl."""
-    from tasks import tracking
-    from tasks.data import load_problems_task
-    from tasks.datasets import commit_table
-    from tasks.model import resolve_model
-    from tasks.rollout import generate, measure_vllm_kl, open_engine, rollout_stats, samples_table
-    from training.chat import render_prompt
-    from training.engines.protocol import SamplingSettings
-    from training.model_source import load_tokenizer
+    from passband.tasks import tracking
+    from passband.tasks.data import load_problems_task
+    from passband.tasks.datasets import commit_table
+    from passband.tasks.model import resolve_model
+    from passband.tasks.rollout import generate, measure_vllm_kl, open_engine, rollout_stats, samples_table
+    from passband.training.chat import render_prompt
+    from passband.training.engines.protocol import SamplingSettings
+    from passband.training.model_source import load_tokenizer
 
     tracking.configure()
     with tracking.start_run("sample", parent_run_id=parent_run_id) as run_id:

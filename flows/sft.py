@@ -16,10 +16,10 @@ from typing import Literal
 from pydantic import Field, model_validator
 from prefect import flow
 
-from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from flows.config import Config
-from flows.summary import RunSummary
-from training.sft.config import StageConfig
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.flows.config import Config
+from passband.flows.summary import RunSummary
+from passband.training.sft.config import StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Settings that change how a run proceeds, not what it produces: left out of the cache key.
@@ -101,9 +101,9 @@ class SFTConfig(Config):
 
 def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> dict[str, str]:
     """Each dataset name the stages use -> the URI or path its rows are read from."""
-    from tasks import tracking
-    from tasks.datasets import read_table
-    from tasks.sft_data import commit_worked_math
+    from passband.tasks import tracking
+    from passband.tasks.datasets import read_table
+    from passband.tasks.sft_data import commit_worked_math
 
     refs: dict[str, str] = {}
     for name in dict.fromkeys(name for stage in config.stages for name in stage.datasets):
@@ -123,9 +123,9 @@ def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: st
     import tempfile
     from pathlib import Path
 
-    from tasks import tracking
-    from tasks.evaluation import evaluate_checkpoint, verifier_settings_for
-    from training.engines.protocol import SamplingSettings
+    from passband.tasks import tracking
+    from passband.tasks.evaluation import evaluate_checkpoint, verifier_settings_for
+    from passband.training.engines.protocol import SamplingSettings
 
     settings = SamplingSettings(seed=config.engine.seed, **config.sampling.model_dump(exclude={"stop"}),
                                 stop=tuple(config.sampling.stop))
@@ -145,15 +145,15 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
     """Train the stages in order; outputs every stage's final checkpoint, the last as `checkpoint`."""
     from prefect.logging import get_run_logger
 
-    from tasks import tracking
-    from tasks.cache import find_completed, save_summary
-    from tasks.evaluation import eval_sets_from
-    from tasks.model import resolve_model
-    from tasks.registry import log_model
-    from tasks.sft import sft_stage_key, train_sft_stage
-    from tasks.sft_data import stage_examples
-    from training.model_source import load_tokenizer
-    from training.sft.loop import data_fingerprint
+    from passband.tasks import tracking
+    from passband.tasks.cache import find_completed, save_summary
+    from passband.tasks.evaluation import eval_sets_from
+    from passband.tasks.model import resolve_model
+    from passband.tasks.registry import log_model
+    from passband.tasks.sft import sft_stage_key, train_sft_stage
+    from passband.tasks.sft_data import stage_examples
+    from passband.training.model_source import load_tokenizer
+    from passband.training.sft.loop import data_fingerprint
 
     logger = get_run_logger()
     started = time.perf_counter()

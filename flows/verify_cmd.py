@@ -16,7 +16,7 @@ REQUIRED_KEYS = ("id", "completion", "reference")
 
 def verify_file(task: str, input_path: Path, output_path: Path, **settings) -> dict[str, int]:
     """Verify every well-formed row; return counts per status (plus "quarantined" if any)."""
-    from curation.verifiers import TASKS, verify  # heavy-ish imports stay out of `passband --help`
+    from passband.curation.verifiers import TASKS, verify  # heavy-ish imports stay out of `passband --help`
 
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -63,7 +63,7 @@ def _read_rows(task: str, path: Path) -> tuple[list[dict], list[dict]]:
 
 def _row_error(task: str, row: object) -> str | None:
     """Why `row` cannot be verified for `task`, or None."""
-    from curation.verifiers import code, math
+    from passband.curation.verifiers import code, math
 
     if not isinstance(row, dict):
         return f"row must be a JSON object, got {type(row).__name__}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def measure(engine, prompts: list[str], batch: int, tokens: int) -> float:
-    from training.engines.protocol import SamplingSettings
+    from passband.training.engines.protocol import SamplingSettings
 
     settings = SamplingSettings(n=4, temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=0)
     start = time.perf_counter()
@@ -34,10 +34,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", help="both engines run in this dtype")
     args = parser.parse_args()
 
-    from training.chat import render_prompt
-    from training.engines.hf_engine import HFEngine
-    from training.engines.vllm_engine import VLLMEngine, VLLMSettings
-    from training.model_source import gguf_to_safetensors, load_tokenizer, smollm2_gguf_path
+    from passband.training.chat import render_prompt
+    from passband.training.engines.hf_engine import HFEngine
+    from passband.training.engines.vllm_engine import VLLMEngine, VLLMSettings
+    from passband.training.model_source import gguf_to_safetensors, load_tokenizer, smollm2_gguf_path
 
     model_dir = gguf_to_safetensors(smollm2_gguf_path(), Path(tempfile.mkdtemp(prefix="bench-model-")))
     tokenizer = load_tokenizer(model_dir)

@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tasks.provenance import code_version, config_hash
-from tasks.store import open_store
+from passband.tasks.provenance import code_version, config_hash
+from passband.tasks.store import open_store
 
 SUMMARY_FILE = "summary.json"
 

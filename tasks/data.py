@@ -9,7 +9,7 @@ from typing import Any
 
 from prefect import task
 
-from curation.suites.source import load_problems
+from passband.curation.suites.source import load_problems
 
 
 @task(name="load-problems", retries=2, retry_delay_seconds=2)
@@ -23,7 +23,7 @@ def load_problems_task(source: dict[str, Any], run_id: str | None = None) -> lis
             "%d bad rows quarantined from %s (first: row %s: %s)", len(result.quarantined),
             source.get("path"), result.quarantined[0]["row_number"], result.quarantined[0]["reason"])
         if run_id:
-            from tasks import tracking
+            from passband.tasks import tracking
 
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "quarantined.jsonl"

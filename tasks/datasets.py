@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import task
 
-from tasks.provenance import code_version
-from tasks.store import fetch_artifact, open_store
+from passband.tasks.provenance import code_version
+from passband.tasks.store import fetch_artifact, open_store
 
 DATA_FILE = "data.parquet"
 

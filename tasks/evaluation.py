@@ -18,14 +18,14 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from training.engines.protocol import RolloutEngine, Sample, SamplingSettings
-from training.evaluation.report import EvalReport, build_report
+from passband.training.engines.protocol import RolloutEngine, Sample, SamplingSettings
+from passband.training.evaluation.report import EvalReport, build_report
 
 
 def verifier_settings_for(math_answer_format: str) -> dict[str, dict[str, Any]]:
     """Keyword arguments of `curation.verifiers.verify` per task: the math extraction rule that
     matches what the prompts asked for ("plain" -> last number, "boxed" -> last \\boxed{})."""
-    from curation.suites.math_suite import extraction_rule_for
+    from passband.curation.suites.math_suite import extraction_rule_for
 
     return {"math": {"rule": extraction_rule_for(math_answer_format)}, "code": {}, "ifeval": {}}
 
@@ -40,9 +40,9 @@ def eval_sets_from(
     `max_problems` keeps the first N rows of each dataset (suites size themselves by
     `num_problems`). A name used by both a dataset and a suite is refused.
     """
-    from curation.suites.rows import table_to_rows
-    from tasks.data import load_problems_task
-    from tasks.datasets import read_table
+    from passband.curation.suites.rows import table_to_rows
+    from passband.tasks.data import load_problems_task
+    from passband.tasks.datasets import read_table
 
     clashes = sorted(datasets.keys() & suites.keys())
     if clashes:
@@ -66,7 +66,7 @@ def verify_samples(
     verifier_settings: dict[str, dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """Per-sample rows of one eval set: every sample verified by its problem's task verifier."""
-    from curation.verifiers import verify
+    from passband.curation.verifiers import verify
 
     flat = [(row, sample) for row, group in zip(rows, samples, strict=True) for sample in group]
     records: list[dict[str, Any]] = []
@@ -94,7 +94,7 @@ def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any
     checked to hold exactly n samples of every problem in `eval_sets` and nothing else."""
     from collections import Counter
 
-    from tasks.datasets import read_table
+    from passband.tasks.datasets import read_table
 
     rows = [{k: v for k, v in row.items() if k != "checkpoint"}
             for row in read_table(samples_uri).to_pylist() if row["checkpoint"] == "model"]
@@ -132,9 +132,9 @@ def evaluate_checkpoint(
     from `model_dir` with `engine_cfg` (an EngineConfig dump) and closed before returning.
     Prompts are rendered with `model_dir`'s chat template, as in rollouts.
     """
-    from tasks.rollout import generate, open_engine
-    from training.chat import render_prompt
-    from training.model_source import load_tokenizer
+    from passband.tasks.rollout import generate, open_engine
+    from passband.training.chat import render_prompt
+    from passband.training.model_source import load_tokenizer
 
     if not eval_sets or any(not rows for rows in eval_sets.values()):
         raise ValueError(f"evaluate_checkpoint needs non-empty eval sets, got sizes "
@@ -166,8 +166,8 @@ def perplexities_on_samples(
     """{name: perplexity (temperature 1) of the model in `model_dir` on that set's response tokens
     given their prompts}, loading the model once. The base model on a candidate's outputs, next to
     the base on its own outputs, shows whether the candidate left the base distribution (RECIPE 8)."""
-    from training.evaluation.perplexity import perplexity_under
-    from training.model_source import load_causal_lm
+    from passband.training.evaluation.perplexity import perplexity_under
+    from passband.training.model_source import load_causal_lm
 
     model = load_causal_lm(Path(model_dir))
     return {

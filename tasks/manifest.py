@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tasks.provenance import config_hash
+from passband.tasks.provenance import config_hash
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from prefect import task
 
-from tasks.provenance import code_version
-from tasks.store import fetch_artifact, open_store
-from training.model_source import SMOLLM2_NAME, gguf_to_safetensors, smollm2_gguf_path
+from passband.tasks.provenance import code_version
+from passband.tasks.store import fetch_artifact, open_store
+from passband.training.model_source import SMOLLM2_NAME, gguf_to_safetensors, smollm2_gguf_path
 
 SMOLLM2_KEY = "models/smollm2-135m-instruct"
 

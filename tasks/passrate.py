@@ -25,10 +25,10 @@ from prefect import task
 from prefect.cache_policies import NONE
 from prefect.logging import get_logger
 
-from curation.passrate import shard_key, split_into_shards, summarize_attempts
-from curation.verifiers import verify
-from tasks.provenance import code_version, config_hash
-from tasks.store import open_store
+from passband.curation.passrate import shard_key, split_into_shards, summarize_attempts
+from passband.curation.verifiers import verify
+from passband.tasks.provenance import code_version, config_hash
+from passband.tasks.store import open_store
 
 SUMMARY_FILE = "summary.parquet"
 SAMPLES_FILE = "samples.parquet"
@@ -60,8 +60,8 @@ def checkpoint_id(model_ref: str, model_dir: str) -> str:
     For a committed artifact (the shipped model, an artifact URI) the file hashes come from its
     manifest, so nothing is re-read; for a plain directory the files are hashed here.
     """
-    from tasks.model import SMOLLM2_KEY
-    from training.model_source import SMOLLM2_NAME
+    from passband.tasks.model import SMOLLM2_KEY
+    from passband.training.model_source import SMOLLM2_NAME
 
     if model_ref == SMOLLM2_NAME:
         files = open_store().manifest(SMOLLM2_KEY)["files"]
@@ -90,7 +90,7 @@ class LazyEngine:
 
     def generate(self, prompts: list[str], settings):
         if self.engine is None:
-            from tasks.rollout import open_engine
+            from passband.tasks.rollout import open_engine
 
             logger.info("opening %s engine on %s", self.kind, self.model_dir)
             self.engine = open_engine(self.kind, self.model_dir, self.engine_config)
@@ -183,8 +183,8 @@ def sample_shard(
     verify_settings: dict[str, dict[str, Any]], system_prompt: str | None,
 ) -> tuple[list[dict], list[dict]]:
     """Generate n * top_k attempts per problem, verify each, summarize per problem."""
-    from training.chat import render_prompt
-    from training.engines.protocol import SamplingSettings
+    from passband.training.chat import render_prompt
+    from passband.training.engines.protocol import SamplingSettings
 
     num_attempts = sampling["n"] * sampling["top_k"]
     settings = SamplingSettings(

@@ -8,7 +8,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from tasks.store import fetch_artifact
+from passband.tasks.store import fetch_artifact
 
 # Trainer-only files of a checkpoint (training/checkpoint.py), left out of the MLflow model artifact.
 TRAINER_FILES = ("optimizer.pt", "rng.pt", "trainer_state.json")
@@ -24,7 +24,7 @@ def log_model(checkpoint_uri: str, run_id: str) -> None:
     """
     from mlflow import MlflowClient
 
-    from tasks import tracking
+    from passband.tasks import tracking
 
     client = MlflowClient()
     for path in sorted(fetch_artifact(checkpoint_uri).iterdir()):

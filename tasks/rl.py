@@ -20,10 +20,10 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from tasks.provenance import code_version
-from tasks.settings import StackSettings
-from tasks.store import fetch_artifact, open_store
-from training.engines.protocol import RolloutEngine, Sample
+from passband.tasks.provenance import code_version
+from passband.tasks.settings import StackSettings
+from passband.tasks.store import fetch_artifact, open_store
+from passband.training.engines.protocol import RolloutEngine, Sample
 
 CHECKPOINT_ROOT = "checkpoints/rl"
 SCORED_STATUSES = ("pass", "fail", "timeout")
@@ -44,7 +44,7 @@ def load_rl_problems(
     Values of `datasets` are dataset artifact URIs (curate's `rl_<task>`) or ProblemSource dicts.
     Every row must belong to the task it is listed under: its verifier is that task's.
     """
-    from tasks.evaluation import eval_sets_from
+    from passband.tasks.evaluation import eval_sets_from
 
     uris = {name: ref for name, ref in datasets.items() if isinstance(ref, str)}
     sources = {name: ref for name, ref in datasets.items() if not isinstance(ref, str)}
@@ -71,7 +71,7 @@ def score_rollouts(
     reward = verifier score where the status is a verdict (SCORED_STATUSES); otherwise None and
     invalid. One batched `verify` call per task.
     """
-    from curation.verifiers import verify
+    from passband.curation.verifiers import verify
 
     verdicts: dict[tuple[int, int], Any] = {}
     for task_name in sorted({row["task"] for row in rows}):
@@ -123,7 +123,7 @@ def commit_rl_checkpoint(local_dir: str, key: str, config: dict[str, Any], extra
 
 def save_rl_checkpoint(trainer: "RLTrainer", run_key: str, config: dict[str, Any]) -> str:
     """Checkpoint the trainer (weights, optimizer, RNG, trainer_state) as an artifact; its URI."""
-    from training.checkpoint import save_checkpoint
+    from passband.training.checkpoint import save_checkpoint
 
     iteration = trainer.state["iteration"]
     home = StackSettings.from_env().home
@@ -154,9 +154,9 @@ def open_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | 
 
     The reference model (only loaded when algo.kl_coef > 0) is always `model_dir`, the start.
     """
-    from training.checkpoint import load_checkpoint, restore_rng_state
-    from training.model_source import load_causal_lm, load_tokenizer
-    from training.rl.update import build_optimizer
+    from passband.training.checkpoint import load_checkpoint, restore_rng_state
+    from passband.training.model_source import load_causal_lm, load_tokenizer
+    from passband.training.rl.update import build_optimizer
 
     weights_dir = str(fetch_artifact(resume_uri)) if resume_uri else model_dir
     # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
@@ -183,8 +183,8 @@ def evaluate_policy(
     The RL engine itself samples (no second engine); `model_dir` only supplies the chat template.
     The per-sample rows are logged as the MLflow artifact `eval/<label>.jsonl`.
     """
-    from tasks import tracking
-    from tasks.evaluation import evaluate_checkpoint
+    from passband.tasks import tracking
+    from passband.tasks.evaluation import evaluate_checkpoint
 
     report, rows = evaluate_checkpoint(model_dir, eval_sets, sampling, engine_kind, engine_cfg, verifier_settings,
                                        engine=engine, system_prompt=system_prompt)

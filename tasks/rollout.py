@@ -10,13 +10,13 @@ import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NONE
 
-from training.engines.protocol import RolloutEngine, Sample, SamplingSettings
+from passband.training.engines.protocol import RolloutEngine, Sample, SamplingSettings
 
 
 def open_engine(kind: str, model_dir: str, engine: dict[str, Any]) -> RolloutEngine:
     """A live engine (not a task: it holds processes and memory for the flow's whole life)."""
     if kind == "vllm":
-        from training.engines.vllm_engine import VLLMEngine, VLLMSettings
+        from passband.training.engines.vllm_engine import VLLMEngine, VLLMSettings
 
         return VLLMEngine(Path(model_dir), VLLMSettings(
             dtype=engine["dtype"], memory_fraction=engine["memory_fraction"], kv_cache_gib=engine["kv_cache_gib"],
@@ -24,7 +24,7 @@ def open_engine(kind: str, model_dir: str, engine: dict[str, Any]) -> RolloutEng
             seed=engine["seed"],
         ))
     if kind == "hf":
-        from training.engines.hf_engine import HFEngine
+        from passband.training.engines.hf_engine import HFEngine
 
         return HFEngine(Path(model_dir), dtype="float32", seed=engine["seed"])
     raise ValueError(f"engine.kind must be 'vllm' or 'hf', got {kind!r}")
@@ -70,9 +70,9 @@ def measure_vllm_kl(model_dir: str, samples: list[Sample], temperature: float, m
     """vllm_kl of `samples` against the trainer's fp32 torch model at the same weights."""
     import torch
 
-    from training.logprobs import pad_rows, response_logprobs
-    from training.model_source import load_causal_lm
-    from training.rl import mismatch_kl
+    from passband.training.logprobs import pad_rows, response_logprobs
+    from passband.training.model_source import load_causal_lm
+    from passband.training.rl import mismatch_kl
 
     model = load_causal_lm(Path(model_dir)).eval()
     total, count = 0.0, 0

@@ -23,11 +23,11 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from tasks.provenance import code_version, config_hash
-from tasks.settings import StackSettings
-from tasks.store import fetch_artifact, open_store
-from training.sft.config import StageConfig
-from training.sft.packing import SFTExample
+from passband.tasks.provenance import code_version, config_hash
+from passband.tasks.settings import StackSettings
+from passband.tasks.store import fetch_artifact, open_store
+from passband.training.sft.config import StageConfig
+from passband.training.sft.packing import SFTExample
 
 CHECKPOINT_ROOT = "checkpoints/sft"
 # Per-step metrics sent to MLflow (train_stage reports these and a few more).
@@ -98,10 +98,10 @@ def train_sft_stage(
     """
     from prefect.logging import get_run_logger
 
-    from tasks import tracking
-    from training.model_source import load_causal_lm, load_tokenizer
-    from training.sft.loop import data_fingerprint, train_stage
-    from training.sft.sampler import count_steps
+    from passband.tasks import tracking
+    from passband.training.model_source import load_causal_lm, load_tokenizer
+    from passband.training.sft.loop import data_fingerprint, train_stage
+    from passband.training.sft.sampler import count_steps
 
     logger = get_run_logger()
     store = open_store()

@@ -20,11 +20,11 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from tasks.datasets import DATA_FILE, commit_table
-from tasks.provenance import config_hash
-from tasks.store import fetch_artifact
-from training.sft.config import StageConfig
-from training.sft.packing import SFTExample
+from passband.tasks.datasets import DATA_FILE, commit_table
+from passband.tasks.provenance import config_hash
+from passband.tasks.store import fetch_artifact
+from passband.training.sft.config import StageConfig
+from passband.training.sft.packing import SFTExample
 
 ARTIFACT_SCHEMES = ("file://", "s3://")
 
@@ -32,9 +32,9 @@ ARTIFACT_SCHEMES = ("file://", "s3://")
 @task(name="generate-worked-math", retries=2, retry_delay_seconds=2)
 def commit_worked_math(spec: dict[str, Any], decontaminate_prompts: list[str]) -> str:
     """Generate, verify and commit worked math rows (minus eval overlaps); return the dataset URI."""
-    from curation.rows import quarantine
-    from curation.suites.rows import rows_to_table
-    from curation.worked_math import worked_math_rows
+    from passband.curation.rows import quarantine
+    from passband.curation.suites.rows import rows_to_table
+    from passband.curation.worked_math import worked_math_rows
 
     rows, failed = worked_math_rows(**spec)
     if failed:
@@ -53,8 +53,8 @@ def load_dataset_rows(ref: str) -> tuple[list[dict], list[dict]]:
     """(usable rows, quarantined rows) of an artifact URI or a local JSONL/Parquet file."""
     import pyarrow.parquet as pq
 
-    from curation.suites.rows import REFERENCE_ENCODING_KEY, table_to_rows
-    from training.sft.sources import chat_rows, read_chat_rows
+    from passband.curation.suites.rows import REFERENCE_ENCODING_KEY, table_to_rows
+    from passband.training.sft.sources import chat_rows, read_chat_rows
 
     if not ref.startswith(ARTIFACT_SCHEMES):
         path = Path(ref)
@@ -77,9 +77,9 @@ def stage_examples(
     """Encoded examples of `stage` (mixed, band-filtered, decontaminated); left-out rows logged."""
     from prefect.logging import get_run_logger
 
-    from curation.rows import quarantine
-    from tasks import tracking
-    from training.sft.data import encode_rows, mix_stage_rows
+    from passband.curation.rows import quarantine
+    from passband.tasks import tracking
+    from passband.training.sft.data import encode_rows, mix_stage_rows
 
     datasets: dict[str, list[dict]] = {}
     left_out: list[dict] = []

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from tasks.manifest import ArtifactNotFound, CorruptArtifactError
-from tasks.provenance import code_version, config_hash
-from tasks.settings import StackSettings
+from passband.tasks.manifest import ArtifactNotFound, CorruptArtifactError
+from passband.tasks.provenance import code_version, config_hash
+from passband.tasks.settings import StackSettings
 
 __all__ = ["ArtifactNotFound", "ArtifactStore", "CorruptArtifactError", "code_version",
            "config_hash", "fetch_artifact", "open_store"]
@@ -65,7 +65,7 @@ def open_store(root_uri: str | None = None, settings: StackSettings | None = Non
         if not parsed.netloc:
             raise ValueError(
                 f"artifact root {root_uri}: an S3 root needs a bucket, s3://bucket/prefix")
-        from tasks.store_s3 import S3Store
+        from passband.tasks.store_s3 import S3Store
 
         return S3Store(parsed.netloc, parsed.path.strip("/"), endpoint_url=settings.s3_endpoint_url,
                        cache_dir=settings.cache_dir)
@@ -73,13 +73,13 @@ def open_store(root_uri: str | None = None, settings: StackSettings | None = Non
         if parsed.netloc not in ("", "localhost"):
             raise ValueError(
                 f"artifact root {root_uri}: a file URI needs an absolute path, file:///...")
-        from tasks.store_local import LocalStore
+        from passband.tasks.store_local import LocalStore
 
         return LocalStore(Path(unquote(parsed.path) or "/"))
     if "://" in root_uri:
         raise ValueError(
             f"artifact root {root_uri}: use file:///abs/path, a plain path or s3://bucket/prefix")
-    from tasks.store_local import LocalStore
+    from passband.tasks.store_local import LocalStore
 
     return LocalStore(Path(root_uri).expanduser().resolve())
 

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tasks.manifest import (
+from passband.tasks.manifest import (
     MANIFEST_NAME,
     ArtifactNotFound,
     build_manifest,

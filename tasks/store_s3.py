@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tasks.manifest import (
+from passband.tasks.manifest import (
     MANIFEST_NAME,
     ArtifactNotFound,
     CorruptArtifactError,

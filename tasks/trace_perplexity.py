@@ -26,9 +26,9 @@ def trace_perplexities(model_dir: str, prompts: list[str], completions: list[str
 
     import torch
 
-    from training.chat import encode_prompt
-    from training.logprobs import response_logprobs
-    from training.model_source import load_causal_lm, load_tokenizer
+    from passband.training.chat import encode_prompt
+    from passband.training.logprobs import response_logprobs
+    from passband.training.model_source import load_causal_lm, load_tokenizer
 
     if len(prompts) != len(completions):
         raise ValueError(f"trace_perplexities: {len(prompts)} prompts but {len(completions)} completions")

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.settings import StackSettings
+from passband.tasks.settings import StackSettings
 
 if TYPE_CHECKING:
     import pyarrow

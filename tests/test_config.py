@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import ConfigError, deep_merge, parse_override, preset_names, resolve_config
-from flows.sample import SampleConfig
+from passband.flows.config import ConfigError, deep_merge, parse_override, preset_names, resolve_config
+from passband.flows.sample import SampleConfig
 
 
 def test_parse_override_nests_and_parses_yaml_scalars() -> None:
@@ -51,7 +51,7 @@ def test_bad_values_name_the_field() -> None:
 
 
 def test_every_flow_ships_smoke_and_demo_presets_that_validate() -> None:
-    from flows.cli import FLOWS, load_flow
+    from passband.flows.cli import FLOWS, load_flow
 
     for name in FLOWS:
         assert {"smoke", "demo"} <= set(preset_names(name)), name

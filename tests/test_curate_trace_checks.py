@@ -2,10 +2,10 @@
 
 import pytest
 
-from curation.curate_rows import attach_pass_rates, reason_kind, removed_record, sft_row
-from curation.holdout import hold_out
-from curation.synthetic import attach_samples, frame_queries
-from curation.trace_checks import consistency, four_verdicts, is_number, structure_spec_for
+from passband.curation.curate_rows import attach_pass_rates, reason_kind, removed_record, sft_row
+from passband.curation.holdout import hold_out
+from passband.curation.synthetic import attach_samples, frame_queries
+from passband.curation.trace_checks import consistency, four_verdicts, is_number, structure_spec_for
 
 CODE_REF = {"tests": "def check(f):\n    assert f(2) == 4\n", "entry_point": "square"}
 

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from curation.balance import align_sizes, stratified_sample
+from passband.curation.balance import align_sizes, stratified_sample
 
 
 def pool(sizes: dict[str, int]) -> list[dict]:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from curation.bands import (
+from passband.curation.bands import (
     BandFilter,
     DifficultyBands,
     apply_band,

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from curation.hygiene import decontaminate, normalize_text, remove_exact_duplicates, remove_near_duplicates
+from passband.curation.hygiene import decontaminate, normalize_text, remove_exact_duplicates, remove_near_duplicates
 
 WORDS = (
     "alice buys several apples at the market then walks home carefully while counting coins "

@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from curation.passrate import shard_key, split_into_shards, summarize_attempts
+from passband.curation.passrate import shard_key, split_into_shards, summarize_attempts
 
 P, F = "pass", "fail"
 

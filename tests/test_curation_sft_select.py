@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from curation.sft_select import combine_verdicts, filter_verified, perplexity_cap, select_sft
+from passband.curation.sft_select import combine_verdicts, filter_verified, perplexity_cap, select_sft
 
 ALL_PASS = {"verdict_consistency": "pass", "verdict_execution": "not_applicable", "verdict_math": "pass", "verdict_structure": "pass"}
 

@@ -12,8 +12,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from flows.cli import FLOWS
-from tasks.settings import StackSettings
+from passband.flows.cli import FLOWS
+from passband.tasks.settings import StackSettings
 
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 
@@ -125,7 +125,7 @@ def test_gpu_job_template_requests_gpus_and_declares_every_placeholder():
 
 
 def test_deployment_entry_resolves_preset_schedule_and_pull_step(monkeypatch):
-    from flows.deploy import REPO_ROOT, load_deployment_file, resolve_deployment
+    from passband.flows.deploy import REPO_ROOT, load_deployment_file, resolve_deployment
 
     monkeypatch.setenv("PASSBAND_REPO", "/srv/passband")
     spec = load_deployment_file(INFRA / "prefect.yaml")

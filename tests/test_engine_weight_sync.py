@@ -7,12 +7,12 @@ from pathlib import Path
 
 import torch
 
-from training.chat import render_prompt
-from training.engines.hf_engine import HFEngine
-from training.engines.protocol import Sample, SamplingSettings
-from training.logprobs import pad_rows, response_logprobs
-from training.model_source import load_causal_lm, load_tokenizer
-from training.rl import mismatch_kl
+from passband.training.chat import render_prompt
+from passband.training.engines.hf_engine import HFEngine
+from passband.training.engines.protocol import Sample, SamplingSettings
+from passband.training.logprobs import pad_rows, response_logprobs
+from passband.training.model_source import load_causal_lm, load_tokenizer
+from passband.training.rl import mismatch_kl
 
 QUESTIONS = ["What is 3 + 4?", "Name a color.", "Write one word.", "What is 2 + 2?"]
 SETTINGS = SamplingSettings(n=4, temperature=1.0, max_tokens=40, seed=0)
@@ -62,7 +62,7 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
     (~2.7 min on a quiet 2-core box.) Measured: -4.2e-10 before, -4.2e-10 vs new and 3.7e-2 vs old
     after. Before the worker extension repacked the tied LM head the gap to the new weights was
     2.2e-3: the stale output projection this test exists to catch."""
-    from training.engines.vllm_engine import VLLMEngine, VLLMSettings
+    from passband.training.engines.vllm_engine import VLLMEngine, VLLMSettings
 
     tokenizer = load_tokenizer(smollm2_dir)
     prompts = [render_prompt(tokenizer, q) for q in QUESTIONS]

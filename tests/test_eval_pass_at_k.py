@@ -5,7 +5,7 @@ from math import comb
 
 import pytest
 
-from training.evaluation import mean_pass_at_k, pass_at_k, pass_at_k_curve
+from passband.training.evaluation import mean_pass_at_k, pass_at_k, pass_at_k_curve
 
 
 def _exact(n: int, c: int, k: int) -> float:

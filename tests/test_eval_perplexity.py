@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tiny_chat_model import VOCAB_SIZE, tiny_llama
-from training.evaluation.perplexity import perplexity_under
+from passband.training.evaluation.perplexity import perplexity_under
 
 # Ragged prompts and responses so micro-batches of 2 and 8 carry right-padding.
 PROMPTS = [[72, 105, 10], [65], [1, 2, 3, 4, 5, 6], [200, 100], [7, 8, 9]]

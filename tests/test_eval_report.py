@@ -2,7 +2,7 @@
 
 import pytest
 
-from training.evaluation.report import build_report, pass_at_k_curves, sampling_efficiency_gap
+from passband.training.evaluation.report import build_report, pass_at_k_curves, sampling_efficiency_gap
 
 
 def _rows(task, problem_id, subdomain, statuses, scores=None):

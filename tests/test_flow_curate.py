@@ -11,9 +11,9 @@ import json
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from curation.suites.source import load_problems
-from tasks.datasets import read_table
-from tasks.passrate import LazyEngine, checkpoint_id, estimate_pass_rates
+from passband.curation.suites.source import load_problems
+from passband.tasks.datasets import read_table
+from passband.tasks.passrate import LazyEngine, checkpoint_id, estimate_pass_rates
 
 SAMPLING = {"n": 2, "top_k": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 12, "stop": [], "seed": 0,
             "engine_kind": "hf"}
@@ -28,7 +28,7 @@ def harness():
 
 
 def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_path, monkeypatch):
-    from training.model_source import load_tokenizer
+    from passband.training.model_source import load_tokenizer
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     rows = load_problems(suite="math", num_problems=4, seed=3, answer_format="plain").rows
@@ -76,7 +76,7 @@ def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_pa
 
 
 def _tiny_config(model_dir, **overrides):
-    from flows.curate import CurateConfig
+    from passband.flows.curate import CurateConfig
 
     pool = {"num_problems": 5, "seed": 1}
     return CurateConfig.model_validate({
@@ -94,7 +94,7 @@ def _tiny_config(model_dir, **overrides):
 
 @pytest.fixture(scope="module")
 def flow_runs(harness, smollm2_dir, tmp_path_factory):
-    from flows.curate import curate
+    from passband.flows.curate import curate
 
     home = tmp_path_factory.mktemp("curate-home")
     with pytest.MonkeyPatch.context() as patch:

@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from curation.suites.rows import rows_to_table
-from flows.common_config import ProblemSource
-from flows.evaluate import EvaluateConfig
-from tasks.evaluation import eval_sets_from, evaluate_checkpoint, verifier_settings_for
-from training.engines.protocol import SamplingSettings
+from passband.curation.suites.rows import rows_to_table
+from passband.flows.common_config import ProblemSource
+from passband.flows.evaluate import EvaluateConfig
+from passband.tasks.evaluation import eval_sets_from, evaluate_checkpoint, verifier_settings_for
+from passband.training.engines.protocol import SamplingSettings
 
 N = 3
 MATH_ROWS = [  # answers the model can reach in a few tokens, with its own phrasing
@@ -107,7 +107,7 @@ def test_report_agrees_with_rows_counted_by_hand(evaluated) -> None:
 
 
 def test_eval_sets_from_datasets_and_suites(harness, tmp_path, monkeypatch) -> None:
-    from tasks.datasets import commit_table
+    from passband.tasks.datasets import commit_table
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     code_rows = [
@@ -130,8 +130,8 @@ def test_baseline_samples_are_reused_only_when_they_cover_the_eval_sets(evaluate
     refused, naming the problem."""
     import pyarrow as pa
 
-    from tasks.datasets import commit_table
-    from tasks.evaluation import earlier_model_rows, report_of
+    from passband.tasks.datasets import commit_table
+    from passband.tasks.evaluation import earlier_model_rows, report_of
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     _, rows = evaluated
@@ -184,8 +184,8 @@ def test_smoke_preset_through_the_cli(tmp_path: Path) -> None:
         assert f"{name}/sampling_efficiency_gap@2" in metrics and f"baseline/{name}/pass@1" in metrics
     assert metrics["base_ppl"] > 1.0 and metrics["baseline/ppl_own"] > 1.0
 
-    from tasks.store import fetch_artifact
-    from tasks.settings import StackSettings
+    from passband.tasks.store import fetch_artifact
+    from passband.tasks.settings import StackSettings
 
     settings = StackSettings.from_env({"PASSBAND_HOME": str(tmp_path / "home")})
     report = pq.read_table(fetch_artifact(summary["outputs"]["report"], settings=settings) / "data.parquet").to_pylist()

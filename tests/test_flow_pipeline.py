@@ -9,9 +9,9 @@ from mlflow import MlflowClient
 from prefect.testing.utilities import prefect_test_harness
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 
-import tasks.cache
-from flows.pipeline import PipelineConfig, bind_refs, pipeline
-from training.engines.hf_engine import HFEngine
+import passband.tasks.cache
+from passband.flows.pipeline import PipelineConfig, bind_refs, pipeline
+from passband.training.engines.hf_engine import HFEngine
 
 ENGINE = {"kind": "hf"}
 POOL = {"num_problems": 6, "difficulty": 0}
@@ -64,8 +64,8 @@ def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PASSBAND_EXPERIMENT", "test-pipeline")
 
     completed: list[str] = []  # flow name of every stage that computed and saved its summary
-    save = tasks.cache.save_summary
-    monkeypatch.setattr(tasks.cache, "save_summary",
+    save = passband.tasks.cache.save_summary
+    monkeypatch.setattr(passband.tasks.cache, "save_summary",
                         lambda key, flow, *args: (completed.append(flow), save(key, flow, *args))[1])
     generate_calls: list[int] = []
     generate = HFEngine.generate

@@ -14,12 +14,12 @@ from mlflow import MlflowClient
 from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
-from flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from flows.rl import RewardConfig, RLConfig, RLEvalConfig, RolloutSampling, rl
-from tasks.store import fetch_artifact
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.flows.rl import RewardConfig, RLConfig, RLEvalConfig, RolloutSampling, rl
+from passband.tasks.store import fetch_artifact
 from tiny_chat_model import tiny_llama, tiny_tokenizer
-from training.chat import encode_sft_example
-from training.rl.config import RLAlgoConfig
+from passband.training.chat import encode_sft_example
+from passband.training.rl.config import RLAlgoConfig
 
 PER_TASK = ("reward", "pass_rate", "unparsable_frac", "response_len_mean", "response_len_max", "truncated_frac",
             "zero_variance_group_frac")

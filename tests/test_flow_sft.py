@@ -14,11 +14,11 @@ from mlflow import MlflowClient
 from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
-from flows.sft import SFTConfig, WorkedMathSource, sft
-from tasks.sft import KilledForTesting
-from tasks.store import fetch_artifact, open_store
+from passband.flows.sft import SFTConfig, WorkedMathSource, sft
+from passband.tasks.sft import KilledForTesting
+from passband.tasks.store import fetch_artifact, open_store
 from tiny_chat_model import tiny_llama, tiny_tokenizer
-from training.sft.config import StageConfig
+from passband.training.sft.config import StageConfig
 
 STAGE2_LR = 1e-4
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from curation.bands import pass_rate_histogram
-from tasks.plots import pass_at_k_figure, pass_rate_histogram_figure
+from passband.curation.bands import pass_rate_histogram
+from passband.tasks.plots import pass_at_k_figure, pass_rate_histogram_figure
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

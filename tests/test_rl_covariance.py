@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from training.rl import clip_cov_keep_mask, kl_cov_penalty, token_covariance
+from passband.training.rl import clip_cov_keep_mask, kl_cov_penalty, token_covariance
 
 # Two rows of two tokens. Token advantages [1, 1, -1, -1] (mean 0); logp [-1, -3, -1.5, -2.5]
 # (mean -2, centred [1, -1, 0.5, -0.5]); cov = centred logp * centred A = [1, -1, -0.5, 0.5].

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from training.rl import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
+from passband.training.rl import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
 
 NAN = float("nan")
 # rho = pi_trainer / pi_rollout per token; NaN marks padding (mask 0), never read.

@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from training.logprobs import response_logprobs
-from training.rl.batching import RolloutBatch
-from training.rl.config import RLAlgoConfig
-from training.rl.update import advantages_with_kl, rl_update
+from passband.training.logprobs import response_logprobs
+from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.update import advantages_with_kl, rl_update
 
 VOCAB = 64
 

@@ -3,7 +3,7 @@
 import pytest
 
 from tiny_chat_model import IM_END, IM_START, tiny_tokenizer
-from training.chat import encode_prompt, encode_sft_example, render_prompt, to_messages
+from passband.training.chat import encode_prompt, encode_sft_example, render_prompt, to_messages
 
 
 def _bytes(text: str) -> list[int]:

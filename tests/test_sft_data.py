@@ -3,7 +3,7 @@
 import pytest
 
 from tiny_chat_model import IM_END, tiny_tokenizer
-from training.sft.data import encode_rows, mix_stage_rows
+from passband.training.sft.data import encode_rows, mix_stage_rows
 
 
 def _rows(prefix, n, band="medium"):

@@ -6,7 +6,7 @@ import torch
 
 from test_sft_train_step import _examples
 from tiny_chat_model import PAD, tiny_llama
-from training.sft.distributed import (
+from passband.training.sft.distributed import (
     optimizer_state_by_index,
     optimizer_state_by_name,
     parameter_names,
@@ -14,8 +14,8 @@ from training.sft.distributed import (
     shard_for_training,
     world_size,
 )
-from training.sft.loop import train_step
-from training.sft.model_loss import PackedLMLoss
+from passband.training.sft.loop import train_step
+from passband.training.sft.model_loss import PackedLMLoss
 
 
 def test_single_process_is_a_no_op(monkeypatch):

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from tiny_chat_model import PAD, tiny_llama
-from training.sft.chunked_loss import IGNORE_INDEX
-from training.sft.packing import (
+from passband.training.sft.chunked_loss import IGNORE_INDEX
+from passband.training.sft.packing import (
     SFTExample,
     block_causal_mask,
     collate_packed,

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from tiny_chat_model import tiny_llama, tiny_tokenizer
-from training.chat import encode_sft_example
-from training.checkpoint import load_checkpoint
-from training.sft.config import StageConfig
-from training.sft.loop import train_stage
-from training.sft.packing import SFTExample
+from passband.training.chat import encode_sft_example
+from passband.training.checkpoint import load_checkpoint
+from passband.training.sft.config import StageConfig
+from passband.training.sft.loop import train_stage
+from passband.training.sft.packing import SFTExample
 
 
 class Killed(Exception):

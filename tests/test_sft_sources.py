@@ -5,7 +5,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from training.sft.sources import read_chat_rows
+from passband.training.sft.sources import read_chat_rows
 
 
 def test_jsonl_rows_and_quarantine(tmp_path):

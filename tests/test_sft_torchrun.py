@@ -18,10 +18,10 @@ import yaml
 from safetensors.torch import load_file
 
 from tiny_chat_model import tiny_llama, tiny_tokenizer
-from training.sft.config import StageConfig
-from training.sft.launch import LaunchConfig, local_stage_examples, run
-from training.sft.packing import group_micro_batches, pack_first_fit_decreasing
-from training.sft.sampler import StepSampler
+from passband.training.sft.config import StageConfig
+from passband.training.sft.launch import LaunchConfig, local_stage_examples, run
+from passband.training.sft.packing import group_micro_batches, pack_first_fit_decreasing
+from passband.training.sft.sampler import StepSampler
 
 REPO = Path(__file__).resolve().parents[1]
 # micro_batch_tokens == max_length: one packed row per micro-batch, so steps split into several.
@@ -46,7 +46,7 @@ def _torchrun(config, tmp_path, name):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("WORLD_SIZE", None)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "training.sft.launch", str(config_file)],
+                           "-m", "passband.training.sft.launch", str(config_file)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

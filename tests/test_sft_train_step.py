@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from tiny_chat_model import PAD, tiny_llama
-from training.sft.loop import train_step
-from training.sft.model_loss import PackedLMLoss
-from training.sft.packing import SFTExample
+from passband.training.sft.loop import train_step
+from passband.training.sft.model_loss import PackedLMLoss
+from passband.training.sft.packing import SFTExample
 
 
 def _examples():

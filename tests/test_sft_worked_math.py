@@ -3,9 +3,9 @@
 import re
 from fractions import Fraction
 
-from curation.suites.math_problems import MathProblem
-from curation.suites.math_suite import generate_math
-from curation.worked_math import worked_completion, worked_math_rows
+from passband.curation.suites.math_problems import MathProblem
+from passband.curation.suites.math_suite import generate_math
+from passband.curation.worked_math import worked_completion, worked_math_rows
 
 
 def test_completions_by_hand():

@@ -16,8 +16,8 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from tasks.settings import StackSettings
-from tasks.store import ArtifactNotFound, ArtifactStore, CorruptArtifactError, open_store
+from passband.tasks.settings import StackSettings
+from passband.tasks.store import ArtifactNotFound, ArtifactStore, CorruptArtifactError, open_store
 
 BUCKET = "passband-test"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tasks.manifest import MANIFEST_NAME, check_key
-from tasks.provenance import code_version, config_hash, source_hash
-from tasks.settings import StackSettings
-from tasks.store import fetch_artifact, open_store
+from passband.tasks.manifest import MANIFEST_NAME, check_key
+from passband.tasks.provenance import code_version, config_hash, source_hash
+from passband.tasks.settings import StackSettings
+from passband.tasks.store import fetch_artifact, open_store
 
 
 def _source(tmp_path: Path) -> Path:

@@ -5,15 +5,15 @@ import re
 
 import pytest
 
-from curation.suites.code_problem import CodeProblem, render_tests
-from curation.suites.code_suite import (
+from passband.curation.suites.code_problem import CodeProblem, render_tests
+from passband.curation.suites.code_suite import (
     MAKERS_BY_DIFFICULTY,
     MAX_DIFFICULTY,
     draw_code_problems,
     generate_code,
 )
-from curation.suites.rows import validate_row
-from curation.verifiers.code import verify_code
+from passband.curation.suites.rows import validate_row
+from passband.curation.verifiers.code import verify_code
 
 NUM_SEEDS = 8
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from curation.suites.ifeval_constraints import (
+from passband.curation.suites.ifeval_constraints import (
     EASY_IDS,
     END_PHRASES,
     HARD_IDS,
@@ -15,10 +15,10 @@ from curation.suites.ifeval_constraints import (
     TOPICS,
     WORDS,
 )
-from curation.suites.ifeval_suite import generate_ifeval
-from curation.suites.rows import validate_row
-from curation.verifiers.ifeval import check_instructions, validate_instruction
-from curation.verifiers.ifeval_checks import CHECKERS
+from passband.curation.suites.ifeval_suite import generate_ifeval
+from passband.curation.suites.rows import validate_row
+from passband.curation.verifiers.ifeval import check_instructions, validate_instruction
+from passband.curation.verifiers.ifeval_checks import CHECKERS
 
 
 def test_rows_follow_the_schema_and_reference_valid_instructions():

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curation.suites.loaders import load_rows
-from curation.suites.rows import rows_to_table
+from passband.curation.suites.loaders import load_rows
+from passband.curation.suites.rows import rows_to_table
 
 TESTS = "def check(candidate):\n    assert candidate(1) == 2\n"
 

@@ -14,9 +14,9 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
-from curation.suites.math_problems import SUBDOMAINS, MathProblem, make_problem, render_answer
-from curation.suites.math_suite import extraction_rule_for, generate_math
-from curation.verifiers.math import verify_math
+from passband.curation.suites.math_problems import SUBDOMAINS, MathProblem, make_problem, render_answer
+from passband.curation.suites.math_suite import extraction_rule_for, generate_math
+from passband.curation.verifiers.math import verify_math
 
 DRAWS_PER_CELL = 40
 

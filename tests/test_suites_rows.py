@@ -3,7 +3,7 @@
 import pyarrow.parquet as pq
 import pytest
 
-from curation.suites.rows import rows_to_table, table_to_rows, validate_row
+from passband.curation.suites.rows import rows_to_table, table_to_rows, validate_row
 
 MATH = {"id": "m1", "task": "math", "subdomain": "algebra", "prompt": "Solve x + 1 = 3.",
         "reference": "\\frac{1}{2}", "source": "unit"}

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import tracking
-from tasks.settings import StackSettings
+from passband.tasks import tracking
+from passband.tasks.settings import StackSettings
 
 matplotlib.use("Agg")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from curation.verifiers import CodeSettings, VerifyResult, verify_code
-from curation.verifiers.code import extract_code
-from curation.verifiers.sandbox import SandboxError, SandboxLimits, run_python
+from passband.curation.verifiers import CodeSettings, VerifyResult, verify_code
+from passband.curation.verifiers.code import extract_code
+from passband.curation.verifiers.sandbox import SandboxError, SandboxLimits, run_python
 
 FAST = SandboxLimits(wall_timeout_s=2.0, cpu_time_s=2)
 

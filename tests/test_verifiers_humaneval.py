@@ -2,8 +2,8 @@
 
 import time
 
-from curation.suites.humaneval import load_humaneval, load_humaneval_solutions
-from curation.verifiers import verify_code
+from passband.curation.suites.humaneval import load_humaneval, load_humaneval_solutions
+from passband.curation.verifiers import verify_code
 
 
 def test_rows_have_the_suite_shape():

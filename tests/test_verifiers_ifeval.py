@@ -3,8 +3,8 @@ boundaries, strict vs loose, and the batch verifier's scores, statuses and error
 
 import pytest
 
-from curation.verifiers import ifeval_checks as c
-from curation.verifiers.ifeval import (
+from passband.curation.verifiers import ifeval_checks as c
+from passband.curation.verifiers.ifeval import (
     check_instructions,
     loose_variants,
     reference_error,

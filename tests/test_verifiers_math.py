@@ -4,8 +4,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from curation.verifiers import STATUSES, VerifyResult, verify, verify_math
-from curation.verifiers.math import extract_answer
+from passband.curation.verifiers import STATUSES, VerifyResult, verify, verify_math
+from passband.curation.verifiers.math import extract_answer
 
 
 @pytest.mark.parametrize(

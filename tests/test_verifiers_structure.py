@@ -3,7 +3,7 @@ the combined report that records every check with its reason."""
 
 import pytest
 
-from curation.verifiers.structure import (
+from passband.curation.verifiers.structure import (
     CHECK_NAMES,
     StructureSpec,
     check_final_answer,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from training.sft.chunked_loss import DEFAULT_CHUNK_SIZE, logprobs_of_tokens
+from passband.training.sft.chunked_loss import DEFAULT_CHUNK_SIZE, logprobs_of_tokens
 
 
 @dataclass

@@ -10,7 +10,7 @@ import math
 import random
 import string
 
-from curation.suites.code_problem import CodeProblem, int_lists, make_problem
+from passband.curation.suites.code_problem import CodeProblem, int_lists, make_problem
 
 
 def _sentences(rng: random.Random, fixed: list[str]) -> list[tuple[str]]:

@@ -9,7 +9,7 @@ such as `add_7`, the constant.
 import random
 import string
 
-from curation.suites.code_problem import CodeProblem, int_lists, make_problem
+from passband.curation.suites.code_problem import CodeProblem, int_lists, make_problem
 
 
 def _pairs(rng: random.Random, fixed: list[tuple[int, int]]) -> list[tuple[int, int]]:

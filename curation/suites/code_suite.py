@@ -7,9 +7,9 @@ sanity checks); `generate_code` turns them into rows whose reference is
 
 import random
 
-from curation.suites.code_catalog_advanced import DIFFICULTY_2, DIFFICULTY_3
-from curation.suites.code_catalog_basic import DIFFICULTY_0, DIFFICULTY_1
-from curation.suites.code_problem import CodeProblem, render_prompt, render_tests
+from passband.curation.suites.code_catalog_advanced import DIFFICULTY_2, DIFFICULTY_3
+from passband.curation.suites.code_catalog_basic import DIFFICULTY_0, DIFFICULTY_1
+from passband.curation.suites.code_problem import CodeProblem, render_prompt, render_tests
 
 MAKERS_BY_DIFFICULTY = (DIFFICULTY_0, DIFFICULTY_1, DIFFICULTY_2, DIFFICULTY_3)
 MAX_DIFFICULTY = len(MAKERS_BY_DIFFICULTY) - 1

@@ -9,7 +9,7 @@ phrase, and a forbidden word is never one the prompt forces.
 import random
 from typing import Any
 
-from curation.verifiers.ifeval_checks import RELATIONS
+from passband.curation.verifiers.ifeval_checks import RELATIONS
 
 # Measured on the demo model (RECIPE.md section 10): a given word is included 73% of the time,
 # all caps 0%. "Easy" holds constraints of that keyword-inclusion kind.

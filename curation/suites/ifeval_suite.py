@@ -12,7 +12,7 @@ for k rows.
 import random
 from typing import Literal
 
-from curation.suites.ifeval_constraints import (
+from passband.curation.suites.ifeval_constraints import (
     EASY_IDS,
     HARD_IDS,
     TASKS,

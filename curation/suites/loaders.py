@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from curation.suites.rows import REFERENCE_ENCODING_KEY, validate_row
+from passband.curation.suites.rows import REFERENCE_ENCODING_KEY, validate_row
 
 DEFAULT_SUBDOMAIN = "general"
 JSONL_SUFFIXES = (".jsonl", ".ndjson")

@@ -9,7 +9,7 @@ teaches. Plain prompts only get integer answers: a last-number extractor reads "
 import random
 from typing import Literal
 
-from curation.suites.math_problems import MAX_DIFFICULTY, SUBDOMAINS, make_problem, render_answer
+from passband.curation.suites.math_problems import MAX_DIFFICULTY, SUBDOMAINS, make_problem, render_answer
 
 AnswerFormat = Literal["boxed", "plain"]
 # Consecutive duplicate draws after which a (subdomain, difficulty) counts as exhausted.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from curation.suites.loaders import LoadResult, load_rows
+from passband.curation.suites.loaders import LoadResult, load_rows
 
 
 def load_problems(
@@ -24,20 +24,20 @@ def load_problems(
         result = load_rows(path, task=task, column_map=column_map)
         return LoadResult(rows=result.rows[:num_problems], quarantined=result.quarantined)
     if suite == "math":
-        from curation.suites.math_suite import generate_math
+        from passband.curation.suites.math_suite import generate_math
 
         rows = generate_math(num_problems, seed, int(difficulty), subdomains, answer_format)
     elif suite == "code":
-        from curation.suites.code_suite import generate_code
+        from passband.curation.suites.code_suite import generate_code
 
         rows = generate_code(num_problems, seed, int(difficulty))
     elif suite == "ifeval":
-        from curation.suites.ifeval_suite import generate_ifeval
+        from passband.curation.suites.ifeval_suite import generate_ifeval
 
         level = difficulty if isinstance(difficulty, str) else ("easy", "mixed", "hard")[min(int(difficulty), 2)]
         rows = generate_ifeval(num_problems, seed, difficulty=level)
     elif suite == "humaneval":
-        from curation.suites.humaneval import load_humaneval
+        from passband.curation.suites.humaneval import load_humaneval
 
         rows = load_humaneval()[:num_problems]
     else:

@@ -3,9 +3,9 @@
 `verify` dispatches on the task name; each verifier can also be called directly.
 """
 
-from curation.verifiers.code import CodeSettings, verify_code
-from curation.verifiers.math import verify_math
-from curation.verifiers.result import STATUSES, VerifyResult
+from passband.curation.verifiers.code import CodeSettings, verify_code
+from passband.curation.verifiers.math import verify_math
+from passband.curation.verifiers.result import STATUSES, VerifyResult
 
 TASKS = ("math", "code", "ifeval")
 
@@ -19,7 +19,7 @@ def verify(task: str, completions: list[str], references: list, **settings) -> l
     elif task == "code":
         return verify_code(completions, references, **settings)
     elif task == "ifeval":
-        from curation.verifiers.ifeval import verify_ifeval  # written alongside; imported lazily
+        from passband.curation.verifiers.ifeval import verify_ifeval  # written alongside; imported lazily
 
         return verify_ifeval(completions, references, **settings)
     raise ValueError(f"task must be one of {TASKS}, got {task!r}")

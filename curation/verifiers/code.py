@@ -13,8 +13,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from curation.verifiers.result import VerifyResult
-from curation.verifiers.sandbox import SandboxLimits, SandboxOutcome, run_python
+from passband.curation.verifiers.result import VerifyResult
+from passband.curation.verifiers.sandbox import SandboxLimits, SandboxOutcome, run_python
 
 EXTRACT_MODES = ("entry_block", "last_block", "whole")
 

@@ -11,8 +11,8 @@ completion simply fails what it fails (an empty one fails everything, as in IFEv
 import inspect
 from typing import Any
 
-from curation.verifiers.ifeval_checks import CHECKERS, RELATIONS
-from curation.verifiers.result import VerifyResult
+from passband.curation.verifiers.ifeval_checks import CHECKERS, RELATIONS
+from passband.curation.verifiers.result import VerifyResult
 
 MODES = ("strict", "loose")
 

@@ -8,7 +8,7 @@ intervals, units) is math-verify's, never a hand-written CAS.
 import re
 import threading
 
-from curation.verifiers.result import VerifyResult
+from passband.curation.verifiers.result import VerifyResult
 
 RULES = ("boxed", "last_number", "answer_tag")
 

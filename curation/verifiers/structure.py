@@ -8,8 +8,8 @@ that the spec switches off is recorded as passed with the reason "not configured
 import re
 from dataclasses import dataclass, field
 
-from curation.verifiers.math import RULES as EXTRACTION_RULES
-from curation.verifiers.math import extract_answer
+from passband.curation.verifiers.math import RULES as EXTRACTION_RULES
+from passband.curation.verifiers.math import extract_answer
 
 CHECK_NAMES = ("sections", "final_answer", "not_truncated", "no_repetition", "length")
 ANSWER_MODES = (*EXTRACTION_RULES, "regex", "none")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from training.engines.protocol import Sample, SamplingSettings
+from passband.training.engines.protocol import Sample, SamplingSettings
 
 
 class HFEngine:
@@ -20,7 +20,7 @@ class HFEngine:
     name = "hf"
 
     def __init__(self, model_dir: Path, dtype: str = "float32", seed: int = 0, batch_size: int = 16):
-        from training.model_source import load_causal_lm, load_tokenizer
+        from passband.training.model_source import load_causal_lm, load_tokenizer
 
         self.model = load_causal_lm(Path(model_dir), dtype).eval()
         self.tokenizer = load_tokenizer(Path(model_dir))

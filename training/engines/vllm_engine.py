@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.engines.protocol import Sample, SamplingSettings
+from passband.training.engines.protocol import Sample, SamplingSettings
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class VLLMEngine:
             enforce_eager=settings.enforce_eager,
             logprobs_mode="processed_logprobs",
             disable_cascade_attn=True,
-            worker_extension_cls="training.engines.vllm_weight_sync.WeightSyncExtension",
+            worker_extension_cls="passband.training.engines.vllm_weight_sync.WeightSyncExtension",
         )
 
     def generate(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:

@@ -1,5 +1,5 @@
 """Evaluation logic: pass@k estimation (RECIPE section 8)."""
 
-from training.evaluation.pass_at_k import mean_pass_at_k, pass_at_k, pass_at_k_curve
+from passband.training.evaluation.pass_at_k import mean_pass_at_k, pass_at_k, pass_at_k_curve
 
 __all__ = ["mean_pass_at_k", "pass_at_k", "pass_at_k_curve"]

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from training.logprobs import response_logprobs
+from passband.training.logprobs import response_logprobs
 
 
 def perplexity_under(

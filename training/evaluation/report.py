@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from curation.verifiers.result import STATUSES
-from training.evaluation.pass_at_k import mean_pass_at_k
+from passband.curation.verifiers.result import STATUSES
+from passband.training.evaluation.pass_at_k import mean_pass_at_k
 
 ROW_FIELDS = ("problem_id", "task", "subdomain", "sample_index", "status", "score")
 

@@ -3,17 +3,17 @@
 Per-token tensors are `[B, T]` with a 0/1 `mask` over response tokens; per-sequence ones `[B]`.
 """
 
-from training.rl.advantages import group_advantages, zero_variance_groups
-from training.rl.covariance import clip_cov_keep_mask, kl_cov_penalty, token_covariance
-from training.rl.entropy import entropy_from_hidden, token_entropy
-from training.rl.kl import check_kl_placement, kl_estimate, kl_loss, kl_reward_penalty
-from training.rl.mismatch import (
+from passband.training.rl.advantages import group_advantages, zero_variance_groups
+from passband.training.rl.covariance import clip_cov_keep_mask, kl_cov_penalty, token_covariance
+from passband.training.rl.entropy import entropy_from_hidden, token_entropy
+from passband.training.rl.kl import check_kl_placement, kl_estimate, kl_loss, kl_reward_penalty
+from passband.training.rl.mismatch import (
     importance_weights,
     mismatch_kl,
     mismatch_stats,
     response_perplexity,
 )
-from training.rl.objectives import masked_aggregate, policy_loss, policy_ratio
+from passband.training.rl.objectives import masked_aggregate, policy_loss, policy_ratio
 
 __all__ = [
     "check_kl_placement",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from training.engines.protocol import Sample
+from passband.training.engines.protocol import Sample
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from training.rl.kl import check_kl_placement
+from passband.training.rl.kl import check_kl_placement
 
 
 class RLAlgoConfig(BaseModel):

@@ -27,7 +27,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from training.rl.objectives import masked_aggregate
+from passband.training.rl.objectives import masked_aggregate
 
 KL_ESTIMATORS = ("k1", "k2", "k3", "mse")
 KL_PLACEMENTS = ("reward", "loss")

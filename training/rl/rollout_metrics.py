@@ -12,7 +12,7 @@ Keys are `{task}/{name}`, plus the same names without a prefix for the whole bat
 
 from __future__ import annotations
 
-from training.rl.batching import RolloutBatch
+from passband.training.rl.batching import RolloutBatch
 
 PASS_REWARD = 1.0
 

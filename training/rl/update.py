@@ -34,16 +34,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from training.logprobs import pad_rows, response_logprobs
-from training.rl.advantages import group_advantages, zero_variance_groups
-from training.rl.batching import RolloutBatch
-from training.rl.config import RLAlgoConfig
-from training.rl.covariance import clip_cov_keep_mask, token_covariance
-from training.rl.entropy import entropy_from_hidden
-from training.rl.kl import kl_loss, kl_reward_penalty
-from training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
-from training.rl.objectives import masked_aggregate, policy_loss
-from training.rl.rollout_metrics import rollout_metrics
+from passband.training.logprobs import pad_rows, response_logprobs
+from passband.training.rl.advantages import group_advantages, zero_variance_groups
+from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.covariance import clip_cov_keep_mask, token_covariance
+from passband.training.rl.entropy import entropy_from_hidden
+from passband.training.rl.kl import kl_loss, kl_reward_penalty
+from passband.training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
+from passband.training.rl.objectives import masked_aggregate, policy_loss
+from passband.training.rl.rollout_metrics import rollout_metrics
 
 __all__ = ["RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 

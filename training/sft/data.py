@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from training.chat import encode_sft_example_unbounded
-from training.sft.packing import SFTExample
+from passband.training.chat import encode_sft_example_unbounded
+from passband.training.sft.packing import SFTExample
 
 
 def _left_out(row: dict, reason: str) -> dict:

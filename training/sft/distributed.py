@@ -1,7 +1,7 @@
 """FSDP2 under torchrun; a no-op in a single process.
 
 Launch (one node, 8 GPUs; the config file is described in training/sft/launch.py):
-    torchrun --standalone --nproc_per_node 8 -m training.sft.launch stage.yaml
+    torchrun --standalone --nproc_per_node 8 -m passband.training.sft.launch stage.yaml
 torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; with WORLD_SIZE == 1 (or unset) nothing here runs.
 
 What is sharded: every decoder layer is its own FSDP unit (all-gathered just before it runs,
@@ -116,7 +116,7 @@ def gather_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
         get_optimizer_state_dict,
     )
 
-    from training.checkpoint import tied_parameter_aliases
+    from passband.training.checkpoint import tied_parameter_aliases
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_state = get_model_state_dict(model, options=options)

@@ -1,7 +1,7 @@
 """Run one SFT stage from a YAML file: the entry point torchrun starts on every rank.
 
-    torchrun --standalone --nproc_per_node 8 -m training.sft.launch stage.yaml   # FSDP2, 8 ranks
-    python -m training.sft.launch stage.yaml                                     # one process
+    torchrun --standalone --nproc_per_node 8 -m passband.training.sft.launch stage.yaml   # FSDP2, 8 ranks
+    python -m passband.training.sft.launch stage.yaml                                     # one process
 
 The file holds a `LaunchConfig`, e.g.
     model: /data/ckpt/format          # local checkpoint dir (safetensors + tokenizer)
@@ -26,13 +26,13 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from training.model_source import load_causal_lm, load_tokenizer
-from training.sft.config import StageConfig
-from training.sft.data import encode_rows, mix_stage_rows
-from training.sft.distributed import rank
-from training.sft.loop import MetricsCallback, TrainResult, train_stage
-from training.sft.packing import SFTExample
-from training.sft.sources import read_chat_rows
+from passband.training.model_source import load_causal_lm, load_tokenizer
+from passband.training.sft.config import StageConfig
+from passband.training.sft.data import encode_rows, mix_stage_rows
+from passband.training.sft.distributed import rank
+from passband.training.sft.loop import MetricsCallback, TrainResult, train_stage
+from passband.training.sft.packing import SFTExample
+from passband.training.sft.sources import read_chat_rows
 
 
 class LaunchConfig(BaseModel):
@@ -78,7 +78,7 @@ def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m training.sft.launch", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m passband.training.sft.launch", description=__doc__.split("\n")[0])
     parser.add_argument("config", type=Path, help="YAML file holding a LaunchConfig")
     args = parser.parse_args(argv)
     result = run(LaunchConfig.model_validate(yaml.safe_load(args.config.read_text())))

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.checkpoint import load_checkpoint, load_model_weights, restore_rng_state, save_checkpoint
-from training.sft.config import StageConfig
-from training.sft.distributed import (
+from passband.training.checkpoint import load_checkpoint, load_model_weights, restore_rng_state, save_checkpoint
+from passband.training.sft.config import StageConfig
+from passband.training.sft.distributed import (
     gather_full_state,
     load_optimizer_state,
     rank,
@@ -37,10 +37,10 @@ from training.sft.distributed import (
     shard_for_training,
     world_size,
 )
-from training.sft.model_loss import PackedLMLoss
-from training.sft.packing import SFTExample, block_causal_mask, collate_packed, group_micro_batches, pack_first_fit_decreasing
-from training.sft.sampler import SamplerState, StepSampler, count_steps
-from training.sft.schedule import lr_at
+from passband.training.sft.model_loss import PackedLMLoss
+from passband.training.sft.packing import SFTExample, block_causal_mask, collate_packed, group_micro_batches, pack_first_fit_decreasing
+from passband.training.sft.sampler import SamplerState, StepSampler, count_steps
+from passband.training.sft.schedule import lr_at
 
 MetricsCallback = Callable[[dict[str, float], int], None]
 CheckpointCallback = Callable[[Path, int], None]

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from training.sft.chunked_loss import chunked_lm_loss
+from passband.training.sft.chunked_loss import chunked_lm_loss
 
 
 class PackedLMLoss(torch.nn.Module):

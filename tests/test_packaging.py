@@ -1,0 +1,51 @@
+"""The wheel installs one import namespace, `passband`, and nothing generic beside it.
+
+Built for real (`pip wheel`, non-editable), installed into a fresh venv whose only other packages
+are the dependencies already installed in this one (a .pth line: no download, no editable finder),
+then imported from a directory that holds no checkout.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = ("flows", "tasks", "curation", "training")
+
+
+def test_wheel_installs_only_the_passband_namespace(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path / "dist"), str(REPO)], check=True)
+    (wheel,) = (tmp_path / "dist").glob("passband-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+
+    # Every module of the four folders is in the wheel, under passband/ and nowhere else.
+    sources = sorted(f"passband/{path.relative_to(REPO).as_posix()}" for root in ROOTS
+                     for path in (REPO / root).rglob("*.py") if "__pycache__" not in path.parts)
+    assert sorted(n for n in names if n.endswith(".py")) == sources
+    assert "passband/flows/presets/rl/demo.yaml" in names
+    top_level = {name.split("/")[0] for name in names if not name.startswith("passband-")}
+    assert top_level == {"passband"}
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # A path line adds this venv's site-packages for the dependencies; .pth files inside it (the
+    # editable finder of the checkout) are not processed, so only the wheel provides passband.
+    Path(site, "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+
+    probe = ("import importlib.util, passband.training.rl, passband.flows.config as c; "
+             "print(passband.training.rl.__file__); print(c.PRESETS_DIR.joinpath('rl', 'demo.yaml').is_file()); "
+             "print([m for m in ('flows', 'tasks', 'curation', 'training') if importlib.util.find_spec(m)])")
+    out = subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True,
+                         cwd=tmp_path).stdout.split("\n")
+    assert out[0].startswith(site) and out[0].endswith("passband/training/rl/__init__.py")
+    assert out[1] == "True"
+    assert out[2] == "[]"
