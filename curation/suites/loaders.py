@@ -14,10 +14,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from passband.curation.catalog import TASKS
 from passband.curation.suites.rows import REFERENCE_ENCODING_KEY, validate_row
 
 DEFAULT_SUBDOMAIN = "general"
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+MAX_RAW_CHARS = 10_000  # a quarantined unreadable line keeps at most this much of its text
 
 
 @dataclass
@@ -89,18 +91,32 @@ def load_rows(
 
 
 def _read_jsonl(path: Path) -> list[_Record]:
+    """One record per non-blank line; lines split on "\n" only, so row numbers match the
+    file's line numbers even when a line holds a stray "\r"."""
     records = []
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
+    with path.open("rb") as lines:
+        for line_number, data in enumerate(lines, start=1):
+            line = data.decode("utf-8", "replace")
             if not line.strip():  # blank lines hold no row
                 continue
             try:
-                records.append(_Record(line_number, json.loads(line)))
+                records.append(_Record(line_number, json.loads(data.decode("utf-8"))))
+            except UnicodeDecodeError as error:
+                records.append(_Record(line_number, _cut(line),
+                                       f"row {line_number}: not valid UTF-8 at byte {error.start}"))
             except json.JSONDecodeError as error:
-                records.append(_Record(line_number, line.rstrip("\n"),
+                records.append(_Record(line_number, _cut(line),
                                        f"row {line_number}: bad JSON: {error.msg} "
                                        f"at column {error.colno}"))
+            except RecursionError:
+                records.append(_Record(line_number, _cut(line),
+                                       f"row {line_number}: bad JSON: nested too deeply to parse"))
     return records
+
+
+def _cut(line: str) -> str:
+    """The raw line for the quarantine, without its newline and cut at MAX_RAW_CHARS."""
+    return line.rstrip("\n")[:MAX_RAW_CHARS]
 
 
 def _read_dataset(source: str, path: Path, split: str) -> Any:
@@ -152,12 +168,15 @@ def _normalise(
     reference = row.get("reference")
     if isinstance(reference, dict):  # Arrow struct columns fill the keys a row lacks with None
         reference = row["reference"] = {k: v for k, v in reference.items() if v is not None}
-    if isinstance(reference, str) and (json_references or row.get("task") in ("code", "ifeval")):
+    # An unknown or non-string task is reported by validate_row below.
+    row_task = TASKS.get(row["task"]) if isinstance(row.get("task"), str) else None
+    object_reference = row_task is not None and not row_task.text_reference
+    if isinstance(reference, str) and (json_references or object_reference):
         try:
             row["reference"] = json.loads(reference)
         except json.JSONDecodeError as error:
             return None, f"row {number}: reference is not valid JSON: {error.msg}"
-    elif row.get("task") == "math" and isinstance(reference, int | float) \
+    elif row_task is not None and row_task.text_reference and isinstance(reference, int | float) \
             and not isinstance(reference, bool):
         row["reference"] = str(reference)  # a numeric answer column, e.g. 42 -> "42"
     reason = validate_row(row, number)
