@@ -25,11 +25,16 @@ def _task_grid(num_tasks: int) -> Figure:
     return figure
 
 
-def pass_at_k_figure(curves: dict[str, dict[str, list[float]]]) -> Figure:
-    """One subplot per task, one line per checkpoint label: x = k (1..n), y = pass@k.
+def pass_at_k_figure(
+    curves: dict[str, dict[str, list[float]]],
+    intervals: dict[str, dict[str, tuple[list[float], list[float]]]] | None = None,
+) -> Figure:
+    """One subplot per task, one line per checkpoint label: x = k (1..n), y = pass@k, and where
+    `intervals` has the label, its confidence band drawn around the line in the line's colour.
 
     `curves` is {task: {label: [pass@1, ..., pass@n]}}, as `training.evaluation.report.
-    pass_at_k_curves` returns; labels may have different n.
+    pass_at_k_curves` returns; labels may have different n. `intervals` is {task: {label:
+    ([ci_low per k], [ci_high per k])}}, as `report.pass_at_k_intervals_by_task` returns.
     """
     if not curves:
         raise ValueError("pass_at_k_figure needs at least one task")
@@ -41,7 +46,15 @@ def pass_at_k_figure(curves: dict[str, dict[str, list[float]]]) -> Figure:
             if not curve:
                 raise ValueError(f"pass_at_k_figure: task {task!r}, label {label!r} has an empty curve")
             ks = list(range(1, len(curve) + 1))
-            axes.plot(ks, curve, marker="o", markersize=3, label=label)
+            (line,) = axes.plot(ks, curve, marker="o", markersize=3, label=label)
+            band = (intervals or {}).get(task, {}).get(label)
+            if band is not None:
+                low, high = band
+                if len(low) != len(curve) or len(high) != len(curve):
+                    raise ValueError(f"pass_at_k_figure: task {task!r}, label {label!r} has {len(curve)} "
+                                     f"points but an interval of {len(low)} lows and {len(high)} highs")
+                # the band shows whether pass@large-k of two checkpoints really differ
+                axes.fill_between(ks, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         # pass@k grows over orders of magnitude of k only at large n; a log x-axis helps there.
         if max(len(curve) for curve in by_label.values()) >= 16:
             axes.set_xscale("log", base=2)

@@ -72,14 +72,21 @@ def test_metric_names_and_table_rows():
     assert metrics["math/unparsable_frac"] == pytest.approx(0.25)
     assert metrics["math/score_mean"] == pytest.approx(5 / 12)
     assert metrics["math/num_problems"] == 3 and metrics["math/n"] == 4
-    # 3 groups (math, math/algebra, math/geometry) x (4 pass@k + 4 other figures).
-    assert len(metrics) == 3 * 8
+    # 3 groups (math, math/algebra, math/geometry) x (4 x (pass@k, ci_low, ci_high) + 4 other figures).
+    assert len(metrics) == 3 * 16
+    # Every interval holds its estimate; math pass@4 is 2 of 3 problems solved (Bernoulli outcomes).
+    for key in [name for name in metrics if name.endswith("_ci_low")]:
+        estimate = metrics[key.removesuffix("_ci_low")]
+        assert metrics[key] <= estimate <= metrics[key.replace("_ci_low", "_ci_high")]
+    assert metrics["math/pass@4_ci_low"] < 2 / 3 < metrics["math/pass@4_ci_high"]
 
     table = report.table()
     assert len(table) == 3 * 4  # 3 groups x k = 1..4
     whole = [row for row in table if row["subdomain"] is None]
     assert [row["k"] for row in whole] == [1, 2, 3, 4]
+    interval = (report.tasks["math"].ci_low[1], report.tasks["math"].ci_high[1])
     assert whole[1] == {"task": "math", "subdomain": None, "k": 2, "pass_at_k": pytest.approx(0.5),
+                        "ci_low": interval[0], "ci_high": interval[1],
                         "num_problems": 3, "n": 4, "score_mean": pytest.approx(5 / 12),
                         "unparsable_frac": pytest.approx(0.25)}
     import pyarrow as pa

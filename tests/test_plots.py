@@ -65,3 +65,36 @@ def test_bad_inputs_are_refused():
         pass_at_k_figure({"math": {"rl": []}})
     with pytest.raises(ValueError, match="task 'math' has 3 bin edges for 3 counts"):
         pass_rate_histogram_figure({"math": {"bin_edges": [0.0, 0.5, 1.0], "counts": [1, 2, 3]}})
+
+
+def test_pass_at_k_figure_draws_interval_bands(tmp_path):
+    from matplotlib.collections import PolyCollection
+
+    from passband.training.evaluation.report import build_report, pass_at_k_curves, pass_at_k_intervals_by_task
+
+    def rows(label_passes):
+        # 3 problems x 16 samples; problem i passes label_passes[i] of 16.
+        return [{"problem_id": f"p{i}", "task": "math", "subdomain": "x", "sample_index": j,
+                 "status": "pass" if j < c else "fail", "score": float(j < c)}
+                for i, c in enumerate(label_passes) for j in range(16)]
+
+    reports = {"base": build_report(rows([1, 4, 0])), "rl": build_report(rows([8, 8, 0]))}
+    figure = pass_at_k_figure(pass_at_k_curves(reports), pass_at_k_intervals_by_task(reports))
+    axes = figure.axes[0]
+    bands = [child for child in axes.get_children() if isinstance(child, PolyCollection)]
+    assert len(bands) == 2  # one band per checkpoint
+    # Each band spans k = 1..16 between ci_low and ci_high: its vertices reach the ends of the interval.
+    base = reports["base"].tasks["math"]
+    vertices = bands[0].get_paths()[0].vertices
+    assert vertices[:, 0].min() == 1 and vertices[:, 0].max() == 16
+    assert vertices[:, 1].min() == pytest.approx(min(base.ci_low))
+    assert vertices[:, 1].max() == pytest.approx(max(base.ci_high))
+    assert axes.get_xscale() == "log"
+    assert len(axes.get_lines()) == 2
+    figure.savefig(tmp_path / "bands.png")
+    _assert_png(tmp_path / "bands.png")
+    # Without intervals nothing is filled.
+    plain = pass_at_k_figure(pass_at_k_curves(reports))
+    assert not [c for c in plain.axes[0].get_children() if isinstance(c, PolyCollection)]
+    with pytest.raises(ValueError, match="16 points but an interval of 2 lows"):
+        pass_at_k_figure(pass_at_k_curves(reports), {"math": {"base": ([0.1, 0.2], [0.3, 0.4])}})

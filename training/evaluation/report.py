@@ -3,15 +3,21 @@
 Input rows are per-sample verdicts `{problem_id, task, subdomain, sample_index, status, score}`
 with n samples per problem; a sample counts as correct when its status is "pass". Each task and
 each (task, subdomain) gets the whole pass@k curve k = 1..n (mean over problems of the unbiased
-estimator), the mean score and the fraction of unparsable samples. Every problem of a task must
-have the same n, so that pass@k at every k averages over the same problems.
+estimator) with a 95% interval over problems at every k (intervals.py), the mean score and the
+fraction of unparsable samples. Every problem of a task must have the same n, so that pass@k at
+every k averages over the same problems. `compare_rows` sets two checkpoints' rows on the same
+problems side by side: paired deltas with intervals and p-values (paired.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from passband.curation.verifiers.result import STATUSES
+from passband.training.evaluation.intervals import CONFIDENCE, pass_at_k_intervals
+from passband.training.evaluation.paired import NUM_PERMUTATIONS, paired_delta_curve
 from passband.training.evaluation.pass_at_k import mean_pass_at_k
 
 ROW_FIELDS = ("problem_id", "task", "subdomain", "sample_index", "status", "score")
@@ -29,6 +35,10 @@ class GroupStats:
     """Samples per problem."""
     pass_at_k: list[float]
     """[pass@1, ..., pass@n]: entry k-1 is the mean over problems of the unbiased pass@k."""
+    ci_low: list[float]
+    """Entry k-1: lower end of the interval of pass@k over problems (intervals.mean_interval)."""
+    ci_high: list[float]
+    """Entry k-1: upper end of that interval."""
     score_mean: float
     """Mean verifier score over all samples, in [0, 1]."""
     unparsable_frac: float
@@ -44,13 +54,15 @@ class EvalReport:
     """Keyed by (task, subdomain)."""
 
     def metrics(self) -> dict[str, float]:
-        """Flat metrics: `{task}/pass@{k}`, `{task}/score_mean`, `{task}/unparsable_frac`,
+        """Flat metrics: `{task}/pass@{k}`, `{task}/pass@{k}_ci_low`, `{task}/pass@{k}_ci_high`, `{task}/score_mean`, `{task}/unparsable_frac`,
         `{task}/num_problems`, `{task}/n`, and the same under `{task}/{subdomain}/`."""
         metrics: dict[str, float] = {}
         for group in [*self.tasks.values(), *self.subdomains.values()]:
             prefix = group.task if group.subdomain is None else f"{group.task}/{group.subdomain}"
             for k, value in enumerate(group.pass_at_k, start=1):
                 metrics[f"{prefix}/pass@{k}"] = value
+                metrics[f"{prefix}/pass@{k}_ci_low"] = group.ci_low[k - 1]
+                metrics[f"{prefix}/pass@{k}_ci_high"] = group.ci_high[k - 1]
             metrics[f"{prefix}/score_mean"] = group.score_mean
             metrics[f"{prefix}/unparsable_frac"] = group.unparsable_frac
             metrics[f"{prefix}/num_problems"] = float(group.num_problems)
@@ -59,13 +71,16 @@ class EvalReport:
 
     def table(self) -> list[dict]:
         """Long-format rows, one per (task, subdomain, k), for Parquet/CSV: {task, subdomain
-        (None on the whole-task rows), k, pass_at_k, num_problems, n, score_mean, unparsable_frac}."""
+        (None on the whole-task rows), k, pass_at_k, ci_low, ci_high, num_problems, n, score_mean,
+        unparsable_frac}."""
         return [
             {
                 "task": group.task,
                 "subdomain": group.subdomain,
                 "k": k,
                 "pass_at_k": value,
+                "ci_low": group.ci_low[k - 1],
+                "ci_high": group.ci_high[k - 1],
                 "num_problems": group.num_problems,
                 "n": group.n,
                 "score_mean": group.score_mean,
@@ -74,6 +89,10 @@ class EvalReport:
             for group in [*self.tasks.values(), *self.subdomains.values()]
             for k, value in enumerate(group.pass_at_k, start=1)
         ]
+
+    def intervals(self) -> dict[str, tuple[list[float], list[float]]]:
+        """{task: ([ci_low of pass@1..pass@n], [ci_high of pass@1..pass@n])}."""
+        return {task: (list(group.ci_low), list(group.ci_high)) for task, group in self.tasks.items()}
 
     def curves(self) -> dict[str, list[float]]:
         """{task: [pass@1, ..., pass@n]}."""
@@ -124,8 +143,9 @@ def _collect_problems(rows: list[dict]) -> dict[tuple[str, str], _Problem]:
     return problems
 
 
-def _group_stats(task: str, subdomain: str | None, problems: list[_Problem], n: int) -> GroupStats:
+def _group_stats(task: str, subdomain: str | None, problems: list[_Problem], n: int, confidence: float) -> GroupStats:
     counts = [(n, problem.num_pass) for problem in problems]
+    intervals = pass_at_k_intervals(n, np.array([problem.num_pass for problem in problems]), confidence)
     num_samples = n * len(problems)
     return GroupStats(
         task=task,
@@ -133,22 +153,18 @@ def _group_stats(task: str, subdomain: str | None, problems: list[_Problem], n: 
         num_problems=len(problems),
         n=n,
         pass_at_k=[mean_pass_at_k(counts, k) for k in range(1, n + 1)],
+        ci_low=intervals.ci_low,
+        ci_high=intervals.ci_high,
         score_mean=sum(problem.score_sum for problem in problems) / num_samples,
         unparsable_frac=sum(problem.num_unparsable for problem in problems) / num_samples,
     )
 
 
-def build_report(rows: list[dict]) -> EvalReport:
-    """The EvalReport of one checkpoint's per-sample rows (see the module docstring)."""
-    if not rows:
-        raise ValueError("build_report needs at least one eval row")
-    problems = _collect_problems(rows)
+def _problems_by_task(rows: list[dict]) -> dict[str, list[tuple[str, _Problem]]]:
+    """{task: [(problem_id, tallies)]} with the same number of samples for every problem of a task."""
     by_task: dict[str, list[tuple[str, _Problem]]] = {}
-    for (task, problem_id), problem in problems.items():
+    for (task, problem_id), problem in _collect_problems(rows).items():
         by_task.setdefault(task, []).append((problem_id, problem))
-
-    tasks: dict[str, GroupStats] = {}
-    subdomains: dict[tuple[str, str], GroupStats] = {}
     for task, members in by_task.items():
         first_id, first = members[0]
         n = len(first.sample_indices)
@@ -158,11 +174,24 @@ def build_report(rows: list[dict]) -> EvalReport:
                     f"task {task!r}: problem {problem_id!r} has {len(problem.sample_indices)} samples but "
                     f"problem {first_id!r} has {n}; pass@k needs the same n for every problem of a task"
                 )
+    return by_task
+
+
+def build_report(rows: list[dict], confidence: float = CONFIDENCE) -> EvalReport:
+    """The EvalReport of one checkpoint's per-sample rows (see the module docstring)."""
+    if not rows:
+        raise ValueError("build_report needs at least one eval row")
+    by_task = _problems_by_task(rows)
+
+    tasks: dict[str, GroupStats] = {}
+    subdomains: dict[tuple[str, str], GroupStats] = {}
+    for task, members in by_task.items():
+        n = len(members[0][1].sample_indices)
         task_problems = [problem for _, problem in members]
-        tasks[task] = _group_stats(task, None, task_problems, n)
+        tasks[task] = _group_stats(task, None, task_problems, n, confidence)
         for subdomain in sorted({problem.subdomain for problem in task_problems}):
             in_subdomain = [problem for problem in task_problems if problem.subdomain == subdomain]
-            subdomains[(task, subdomain)] = _group_stats(task, subdomain, in_subdomain, n)
+            subdomains[(task, subdomain)] = _group_stats(task, subdomain, in_subdomain, n, confidence)
     return EvalReport(tasks=tasks, subdomains=subdomains)
 
 
@@ -193,3 +222,71 @@ def pass_at_k_curves(reports: dict[str, EvalReport]) -> dict[str, dict[str, list
         for task, curve in report.curves().items():
             curves.setdefault(task, {})[label] = curve
     return curves
+
+
+def pass_at_k_intervals_by_task(reports: dict[str, EvalReport]) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+    """{task: {checkpoint label: ([ci_low...], [ci_high...])}}, shaped like pass_at_k_curves, for the bands."""
+    bands: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    for label, report in reports.items():
+        for task, band in report.intervals().items():
+            bands.setdefault(task, {})[label] = band
+    return bands
+
+
+def compare_rows(
+    rows_a: list[dict], rows_b: list[dict], *, confidence: float = CONFIDENCE,
+    num_permutations: int = NUM_PERMUTATIONS, seed: int = 0,
+) -> list[dict]:
+    """Paired pass@k deltas (b - a) per task in both and k = 1..min(n_a, n_b), from two checkpoints'
+    per-sample rows on the same problems: rows {task, k, num_problems, n_a, n_b, pass_at_k_a,
+    pass_at_k_b, delta, ci_low, ci_high, p_value, excludes_zero}, ordered by task then k.
+
+    Problems pair by (task, problem_id); a task in both must hold the same problem ids in both.
+    """
+    problems_a, problems_b = _problems_by_task(rows_a), _problems_by_task(rows_b)
+    table: list[dict] = []
+    for task in sorted(problems_a.keys() & problems_b.keys()):
+        counts_a = {problem_id: problem for problem_id, problem in problems_a[task]}
+        counts_b = {problem_id: problem for problem_id, problem in problems_b[task]}
+        if counts_a.keys() != counts_b.keys():
+            only_a, only_b = sorted(counts_a.keys() - counts_b.keys()), sorted(counts_b.keys() - counts_a.keys())
+            raise ValueError(
+                f"compare_rows: task {task!r} needs the same problems in both; only in a: {only_a[:5]} "
+                f"({len(only_a)}), only in b: {only_b[:5]} ({len(only_b)})"
+            )
+        problem_ids = sorted(counts_a)
+        n_a = len(counts_a[problem_ids[0]].sample_indices)
+        n_b = len(counts_b[problem_ids[0]].sample_indices)
+        deltas = paired_delta_curve(
+            np.array([counts_a[problem_id].num_pass for problem_id in problem_ids]),
+            np.array([counts_b[problem_id].num_pass for problem_id in problem_ids]),
+            n_a, list(range(1, min(n_a, n_b) + 1)), n_b=n_b, confidence=confidence,
+            num_permutations=num_permutations, seed=seed,
+        )
+        table.extend(
+            {"task": task, "k": d.k, "num_problems": d.num_problems, "n_a": n_a, "n_b": n_b,
+             "pass_at_k_a": d.pass_at_k_a, "pass_at_k_b": d.pass_at_k_b, "delta": d.delta,
+             "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value, "excludes_zero": d.excludes_zero}
+            for d in deltas
+        )
+    return table
+
+
+def delta_markdown(table: list[dict], label_a: str, label_b: str, ks: list[int] | None = None) -> str:
+    """A markdown table of compare_rows output: one line per (task, k), `delta [lo, hi]` with a `*`
+    where the interval excludes 0; ks keeps only those k (default: all)."""
+    lines = [
+        f"| task | k | {label_a} | {label_b} | delta ({label_b} - {label_a}) [CI] | p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in table:
+        if ks is not None and row["k"] not in ks:
+            continue
+        marker = " *" if row["excludes_zero"] else ""
+        lines.append(
+            f"| {row['task']} | {row['k']} | {row['pass_at_k_a']:.3f} | {row['pass_at_k_b']:.3f} | "
+            f"{row['delta']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]{marker} | {row['p_value']:.3g} |"
+        )
+    lines.append("")
+    lines.append("`*`: the interval of the delta excludes 0.")
+    return "\n".join(lines)
