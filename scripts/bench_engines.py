@@ -16,9 +16,9 @@ from pathlib import Path
 
 
 def measure(engine, prompts: list[str], batch: int, tokens: int) -> float:
-    from passband.training.engines.protocol import SamplingSettings
+    from passband.training.engines import SamplingConfig
 
-    settings = SamplingSettings(n=4, temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=0)
+    settings = SamplingConfig(n=4, temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=0)
     start = time.perf_counter()
     groups = engine.generate(prompts[: batch // 4], settings)
     elapsed = time.perf_counter() - start
@@ -36,7 +36,8 @@ def main() -> None:
 
     from passband.training.chat import render_prompt
     from passband.training.engines.hf_engine import HFEngine
-    from passband.training.engines.vllm_engine import VLLMEngine, VLLMSettings
+    from passband.training.engines import EngineConfig
+    from passband.training.engines.vllm_engine import VLLMEngine
     from passband.training.model_source import gguf_to_safetensors, load_tokenizer, smollm2_gguf_path
 
     model_dir = gguf_to_safetensors(smollm2_gguf_path(), Path(tempfile.mkdtemp(prefix="bench-model-")))
@@ -44,12 +45,12 @@ def main() -> None:
     prompts = [render_prompt(tokenizer, f"Tell me a short story about the number {i}.") for i in range(64)]
     results: dict[str, dict[int, float]] = {"vllm": {}, "hf": {}}
 
-    vllm = VLLMEngine(model_dir, VLLMSettings(dtype=args.dtype, max_num_seqs=max(args.batches), kv_cache_gib=1.0))
+    vllm = VLLMEngine(model_dir, EngineConfig(dtype=args.dtype, max_num_seqs=max(args.batches), kv_cache_gib=1.0))
     measure(vllm, prompts, 8, 8)  # warm-up
     for batch in args.batches:
         results["vllm"][batch] = measure(vllm, prompts, batch, args.tokens)
     vllm.close()
-    hf = HFEngine(model_dir, dtype=args.dtype, batch_size=max(args.batches) // 4)  # all at once
+    hf = HFEngine(model_dir, EngineConfig(kind="hf", dtype=args.dtype), batch_size=max(args.batches) // 4)  # all at once
     measure(hf, prompts, 8, 8)
     for batch in args.batches:
         results["hf"][batch] = measure(hf, prompts, batch, args.tokens)

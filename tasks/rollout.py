@@ -10,31 +10,18 @@ import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NONE
 
-from passband.training.engines.protocol import RolloutEngine, Sample, SamplingSettings
+from passband.training.engines import RolloutEngine, Sample, SamplingConfig, open_engine
 
-
-def open_engine(kind: str, model_dir: str, engine: dict[str, Any]) -> RolloutEngine:
-    """A live engine (not a task: it holds processes and memory for the flow's whole life)."""
-    if kind == "vllm":
-        from passband.training.engines.vllm_engine import VLLMEngine, VLLMSettings
-
-        return VLLMEngine(Path(model_dir), VLLMSettings(
-            dtype=engine["dtype"], memory_fraction=engine["memory_fraction"], kv_cache_gib=engine["kv_cache_gib"],
-            max_model_len=engine["max_model_len"], max_num_seqs=engine["max_num_seqs"],
-            seed=engine["seed"],
-        ))
-    if kind == "hf":
-        from passband.training.engines.hf_engine import HFEngine
-
-        return HFEngine(Path(model_dir), dtype="float32", seed=engine["seed"])
-    raise ValueError(f"engine.kind must be 'vllm' or 'hf', got {kind!r}")
+__all__ = ["generate", "measure_vllm_kl", "open_engine", "rollout_stats", "samples_table"]
+# open_engine is re-exported: it is not a task (a live engine holds processes and memory for the
+# flow's whole life), flows import it from here with the tasks they call on it.
 
 
 @task(name="generate", cache_policy=NONE)
-def generate(engine: RolloutEngine, prompts: list[str], settings: SamplingSettings) -> tuple[list[list[Sample]], float]:
+def generate(engine: RolloutEngine, prompts: list[str], sampling: SamplingConfig) -> tuple[list[list[Sample]], float]:
     """Samples per prompt and the wall seconds it took."""
     start = time.perf_counter()
-    samples = engine.generate(prompts, settings)
+    samples = engine.generate(prompts, sampling)
     return samples, time.perf_counter() - start
 
 
@@ -67,24 +54,10 @@ def rollout_stats(samples: list[list[Sample]], seconds: float) -> dict[str, floa
 
 @task(name="measure-vllm-kl", cache_policy=NONE)
 def measure_vllm_kl(model_dir: str, samples: list[Sample], temperature: float, micro_batch: int = 8) -> float:
-    """vllm_kl of `samples` against the trainer's fp32 torch model at the same weights."""
-    import torch
-
-    from passband.training.logprobs import pad_rows, response_logprobs
+    """vllm_kl of `samples` against the trainer's fp32 torch model at the same weights (loaded here)."""
+    from passband.training.logprobs import engine_trainer_kl
     from passband.training.model_source import load_causal_lm
-    from passband.training.rl import mismatch_kl
 
     model = load_causal_lm(Path(model_dir)).eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for start in range(0, len(samples), micro_batch):
-            chunk = [s for s in samples[start : start + micro_batch] if s.token_ids]
-            if not chunk:
-                continue
-            trainer = response_logprobs(model, [s.prompt_token_ids for s in chunk],
-                                        [s.token_ids for s in chunk], temperature)
-            engine_logp, _ = pad_rows([s.logprobs for s in chunk], torch.float32)
-            num = float(trainer.mask.sum())
-            total += mismatch_kl(trainer.logp, engine_logp, trainer.mask) * num
-            count += num
-    return total / max(count, 1.0)
+    return engine_trainer_kl(model, [s.prompt_token_ids for s in samples], [s.token_ids for s in samples],
+                             [s.logprobs for s in samples], temperature, micro_batch)

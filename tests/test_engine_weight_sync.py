@@ -9,13 +9,13 @@ import torch
 
 from passband.training.chat import render_prompt
 from passband.training.engines.hf_engine import HFEngine
-from passband.training.engines.protocol import Sample, SamplingSettings
+from passband.training.engines import EngineConfig, Sample, SamplingConfig
 from passband.training.logprobs import pad_rows, response_logprobs
 from passband.training.model_source import load_causal_lm, load_tokenizer
 from passband.training.rl import mismatch_kl
 
 QUESTIONS = ["What is 3 + 4?", "Name a color.", "Write one word.", "What is 2 + 2?"]
-SETTINGS = SamplingSettings(n=4, temperature=1.0, max_tokens=40, seed=0)
+SETTINGS = SamplingConfig(n=4, temperature=1.0, max_tokens=40, seed=0)
 
 
 def vllm_kl(model: torch.nn.Module, samples: list[Sample]) -> float:
@@ -44,10 +44,10 @@ def train_away(model: torch.nn.Module, samples: list[Sample], steps: int = 2, lr
 
 
 def test_hf_engine_logprobs_match_trainer(smollm2_dir: Path) -> None:
-    engine = HFEngine(smollm2_dir, seed=0)
+    engine = HFEngine(smollm2_dir, EngineConfig(kind="hf", dtype="float32"))
     tokenizer = load_tokenizer(smollm2_dir)
     prompts = [render_prompt(tokenizer, q) for q in QUESTIONS[:2]]
-    groups = engine.generate(prompts, SamplingSettings(n=2, temperature=1.0, max_tokens=24, seed=0))
+    groups = engine.generate(prompts, SamplingConfig(n=2, temperature=1.0, max_tokens=24, seed=0))
     assert [len(g) for g in groups] == [2, 2]
     assert all(s.finish_reason in {"stop", "length"} for s in flatten(groups))
     # The same fp32 weights and kernels on both sides: only batch padding separates them.
@@ -62,7 +62,7 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
     (~2.7 min on a quiet 2-core box.) Measured: -4.2e-10 before, -4.2e-10 vs new and 3.7e-2 vs old
     after. Before the worker extension repacked the tied LM head the gap to the new weights was
     2.2e-3: the stale output projection this test exists to catch."""
-    from passband.training.engines.vllm_engine import VLLMEngine, VLLMSettings
+    from passband.training.engines.vllm_engine import VLLMEngine
 
     tokenizer = load_tokenizer(smollm2_dir)
     prompts = [render_prompt(tokenizer, q) for q in QUESTIONS]
@@ -71,7 +71,7 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
     # fp32 in the engine too: the remaining gap is kernels and batching, not precision, so a
     # stale weight shows up as a jump of orders of magnitude (bf16 alone gives ~1.5e-3, measured
     # by the sample flow's vllm_kl).
-    engine = VLLMEngine(smollm2_dir, VLLMSettings(dtype="float32", kv_cache_gib=0.5, max_model_len=512))
+    engine = VLLMEngine(smollm2_dir, EngineConfig(dtype="float32", kv_cache_gib=0.5, max_model_len=512))
     try:
         before = flatten(engine.generate(prompts, SETTINGS))
         assert len(before) == 16

