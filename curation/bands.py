@@ -10,7 +10,9 @@ import math
 import re
 from fractions import Fraction
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from passband.curation.rows import quarantine
 
@@ -69,16 +71,14 @@ class BandFilter(BaseModel):
         return f"{left}{self.alpha:g}, {self.beta:g}{right}"
 
 
-REFERENCE_BANDS = {"math": "(0, 0.8]", "code": "(0, 0.8]", "ifeval": "(0, 0.4]"}
-"""The recipe's bands per task; instruction following is stricter so kept prompts still challenge."""
+def _parsed_band(text: str) -> str:
+    BandFilter.parse(text)  # raises ValueError naming what is wrong with the interval
+    return text
 
 
-def reference_band(task: str) -> BandFilter:
-    """The recipe's reference band for `task` (one of REFERENCE_BANDS)."""
-    if task not in REFERENCE_BANDS:
-        raise ValueError(f"reference_band: no reference band for task {task!r}; known: {sorted(REFERENCE_BANDS)}")
-    return BandFilter.parse(REFERENCE_BANDS[task])
-
+Band = Annotated[str, AfterValidator(_parsed_band)]
+"""A pass-rate band in interval notation ("(0, 0.8]"), checked when a config is read, so a
+typo fails before any rollout rather than after."""
 
 def apply_band(rows: list[dict], band: BandFilter, column: str = "pass_rate") -> tuple[list[dict], list[dict]]:
     """Keep rows whose `column` lies in `band`; the rest come back with a removed_reason.

@@ -13,8 +13,8 @@ from passband.curation.bands import (
     label_rows,
     pass_rate_histogram,
     prefilter_by_column,
-    reference_band,
 )
+from passband.curation.catalog import task
 
 
 def rows_with(rates):
@@ -52,11 +52,12 @@ def test_alpha_above_beta_is_refused_naming_the_fields():
 
 def test_reference_bands_edges():
     rows = rows_with([0.0, 0.2, 0.4, 0.41, 0.8, 0.81, 1.0])
-    assert kept_rates(rows, reference_band("math")) == [0.2, 0.4, 0.41, 0.8]
-    assert kept_rates(rows, reference_band("code")) == [0.2, 0.4, 0.41, 0.8]
-    assert kept_rates(rows, reference_band("ifeval")) == [0.2, 0.4]
-    with pytest.raises(ValueError, match="no reference band for task 'chess'"):
-        reference_band("chess")
+    assert kept_rates(rows, task("math").default_band) == [0.2, 0.4, 0.41, 0.8]
+    assert kept_rates(rows, task("code").default_band) == [0.2, 0.4, 0.41, 0.8]
+    assert kept_rates(rows, task("ifeval").default_band) == [0.2, 0.4]
+    assert kept_rates(rows, task("structured").default_band) == [0.2, 0.4, 0.41, 0.8]
+    with pytest.raises(ValueError, match="unknown task 'chess'"):
+        task("chess")
 
 
 def test_closed_lower_and_open_upper_ends():
@@ -68,7 +69,7 @@ def test_closed_lower_and_open_upper_ends():
 
 def test_removed_rows_carry_reasons_and_missing_values_are_quarantined():
     rows = rows_with([0.9, 0.5]) + [{"id": "none", "pass_rate": None}, {"id": "nan", "pass_rate": math.nan}, {"id": "absent"}]
-    kept, removed = apply_band(rows, reference_band("math"))
+    kept, removed = apply_band(rows, task("math").default_band)
     assert [row["id"] for row in kept] == ["r1"]
     assert [(row["id"], row["removed_reason"]) for row in removed] == [
         ("r0", "outside_band:pass_rate=0.9 not in (0, 0.8]"),
@@ -128,3 +129,18 @@ def test_histogram_counts_per_bin_per_task():
     assert histogram["math"]["bin_edges"][3] == 0.3
     quarters = pass_rate_histogram(rows_with([0.25, 0.74, 0.75, 1.0]), bins=4)
     assert quarters["math"]["counts"] == [0, 1, 1, 2]
+
+
+def test_a_band_in_a_config_is_checked_when_the_config_is_read():
+    from pydantic import BaseModel, ValidationError
+
+    from passband.curation.bands import Band
+
+    class Pool(BaseModel):
+        band: Band
+
+    assert Pool(band="(0, 0.8]").band == "(0, 0.8]"
+    with pytest.raises(ValidationError, match="band"):
+        Pool(band="(0, 0.8")
+    with pytest.raises(ValidationError, match="band"):
+        Pool(band="(0.9, 0.1]")

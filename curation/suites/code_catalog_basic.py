@@ -1,6 +1,6 @@
 """Code problems at difficulty 0 (one-line arithmetic and tests) and 1 (one loop or builtin).
 
-Difficulty 0 is what the demo model can just about do (RECIPE.md section 10: add, max, square,
+Difficulty 0 is what the demo model can just about do (docs/recipe.md section 10: add, max, square,
 is_even pass ~20% at T=1). Every maker takes a `random.Random`, draws its test inputs (fixed
 edge cases that the wrong solution trips on, plus random ones) and, for parameterised problems
 such as `add_7`, the constant.

@@ -11,7 +11,7 @@ from typing import Any
 
 from passband.curation.verifiers.ifeval_checks import RELATIONS
 
-# Measured on the demo model (RECIPE.md section 10): a given word is included 73% of the time,
+# Measured on the demo model (docs/recipe.md section 10): a given word is included 73% of the time,
 # all caps 0%. "Easy" holds constraints of that keyword-inclusion kind.
 EASY_IDS = (
     "keywords:existence",

@@ -3,7 +3,7 @@ constraints, each stated in plain English in the prompt and as an IFEval instruc
 reference.
 
 Difficulty picks the constraint pool: "easy" holds the kinds the demo model can meet
-(keyword inclusion, sentence counts, no commas, start/end phrases; RECIPE.md section 10),
+(keyword inclusion, sentence counts, no commas, start/end phrases; docs/recipe.md section 10),
 "hard" the formatting and case ones (all caps: 0% on the demo model), "mixed" both.
 Row i comes from one seeded stream, so the first k rows of a larger request equal a request
 for k rows.

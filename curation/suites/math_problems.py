@@ -1,7 +1,7 @@
 """Procedural math problems, one maker per sub-domain, with exact answers.
 
 Each maker draws numbers from a `random.Random` and returns a `MathProblem` whose answer is an
-exact `Fraction`. Difficulty 0 is sized to the demo model (RECIPE.md section 10: SmolLM2-135M
+exact `Fraction`. Difficulty 0 is sized to the demo model (docs/recipe.md section 10: SmolLM2-135M
 gets one-digit addition right ~23% of the time at T=1, two-digit addition ~never), difficulty 4
 to problems that need several steps or a counting argument. `integer_only` keeps every answer
 an integer, for prompts graded by a last-number extractor that cannot read a fraction.

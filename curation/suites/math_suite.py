@@ -1,7 +1,7 @@
 """The procedural math suite: seeded rows over sub-domains, at one difficulty.
 
 The answer format decides both the instruction in the prompt and the extraction rule the
-verifier must use. "plain" matches how the demo model was measured (RECIPE.md section 10:
+verifier must use. "plain" matches how the demo model was measured (docs/recipe.md section 10:
 "answer with just the number", last number extracted); "boxed" is the target format that SFT
 teaches. Plain prompts only get integer answers: a last-number extractor reads "3/4" as 4.
 """
@@ -34,6 +34,11 @@ def instruction_for(answer_format: str) -> str:
     raise ValueError(f"answer_format must be 'boxed' or 'plain', got {answer_format!r}")
 
 
+def render_prompt(question: str, answer_format: str) -> str:
+    """The prompt: the question, then the instruction that fixes how the answer is written."""
+    return f"{question} {instruction_for(answer_format)}"
+
+
 def generate_math(
     num_problems: int,
     seed: int,
@@ -51,7 +56,7 @@ def generate_math(
         raise ValueError(f"num_problems must be >= 0, got {num_problems}")
     if not 0 <= difficulty <= MAX_DIFFICULTY:
         raise ValueError(f"difficulty must be in 0..{MAX_DIFFICULTY}, got {difficulty}")
-    instruction = instruction_for(answer_format)
+    instruction_for(answer_format)  # refuse an unknown format before drawing anything
     chosen = list(SUBDOMAINS) if subdomains is None else list(subdomains)
     unknown = [name for name in chosen if name not in SUBDOMAINS]
     if unknown or not chosen:
@@ -65,7 +70,7 @@ def generate_math(
         for _ in range(MAX_DUPLICATE_DRAWS):
             problem = make_problem(subdomain, rngs[subdomain], difficulty,
                                    integer_only=answer_format == "plain")
-            prompt = f"{problem.question} {instruction}"
+            prompt = render_prompt(problem.question, answer_format)
             if prompt not in seen_prompts:
                 break
         else:

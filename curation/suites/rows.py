@@ -1,9 +1,9 @@
 """The task-suite row schema, its validation, and its Arrow/Parquet form.
 
 Every suite (generated or loaded) yields rows `{id, task, subdomain, prompt, reference, source}`.
-The reference is a str for math (a LaTeX answer) and a dict for code (`tests`/`cases`) and
-ifeval (`instructions`). Parquet cannot hold a column that is sometimes a string and sometimes
-a struct, so `rows_to_table` stores `reference` as JSON text and `table_to_rows` decodes it.
+The reference is the task's own (a str for math, a dict for code, ifeval and structured);
+each catalog task says what makes one valid (`Task.reference_error`). Parquet cannot hold a
+column that is sometimes a string and sometimes a struct, so `rows_to_table` stores `reference` as JSON text and `table_to_rows` decodes it.
 Extra columns (e.g. `difficulty`, `pass_rate`) pass through untouched.
 """
 
@@ -12,8 +12,9 @@ from typing import Any, TypedDict
 
 import pyarrow as pa
 
+from passband.curation.catalog import TASKS
+
 ROW_FIELDS = ("id", "task", "subdomain", "prompt", "reference", "source")
-TASKS = ("math", "code", "ifeval")
 # Schema metadata key marking a table whose `reference` column is JSON text (our own files),
 # so loaders can tell them from user Parquet files whose reference column is plain text.
 REFERENCE_ENCODING_KEY = b"passband.reference_encoding"
@@ -23,10 +24,10 @@ class Row(TypedDict):
     """One task-suite row; extra keys are allowed and carried along."""
 
     id: str
-    task: str  # one of TASKS
+    task: str  # a key of curation.catalog.TASKS
     subdomain: str  # e.g. "algebra", "strings"; used for stratified sampling
     prompt: str
-    reference: str | dict[str, Any]  # str for math, dict for code and ifeval
+    reference: str | dict[str, Any]  # str for math, dict for the other tasks
     source: str  # where the row came from: a generator name, a file, a hub dataset
 
 
@@ -43,40 +44,10 @@ def validate_row(row: dict[str, Any], index: int) -> str | None:
     for field in ("id", "prompt"):
         if not row[field].strip():
             return f"row {index}: field {field!r} is empty"
-    task, reference = row["task"], row["reference"]
-    if task not in TASKS:
-        return f"row {index}: task {task!r} is not one of {list(TASKS)}"
-    if task == "math":
-        if not isinstance(reference, str) or not reference.strip():
-            return f"row {index}: math reference must be a non-empty str, got {reference!r:.80}"
-        return None
-    if not isinstance(reference, dict):
-        return f"row {index}: {task} reference must be an object, got {type(reference).__name__}"
-    if task == "code":
-        return _code_reference_problem(reference, index)
-    if not isinstance(reference.get("instructions"), list):
-        return f"row {index}: ifeval reference needs a list 'instructions'"
-    return None
-
-
-def _code_reference_problem(reference: dict[str, Any], index: int) -> str | None:
-    """A code reference holds `tests` (Python source) or `cases` (stdin/stdout pairs)."""
-    if "tests" in reference:
-        if not isinstance(reference["tests"], str) or not reference["tests"].strip():
-            return f"row {index}: code reference 'tests' must be non-empty Python source"
-        if not isinstance(reference.get("entry_point", ""), str):
-            return f"row {index}: code reference 'entry_point' must be a str"
-        return None
-    if "cases" in reference:
-        cases = reference["cases"]
-        if not isinstance(cases, list) or not cases:
-            return f"row {index}: code reference 'cases' must be a non-empty list"
-        for case in cases:
-            if not (isinstance(case, dict) and isinstance(case.get("input"), str)
-                    and isinstance(case.get("output"), str)):
-                return f"row {index}: each code case needs str 'input' and 'output'"
-        return None
-    return f"row {index}: code reference needs 'tests' or 'cases'"
+    if row["task"] not in TASKS:
+        return f"row {index}: task {row['task']!r} is not one of {list(TASKS)}"
+    problem = TASKS[row["task"]].reference_error(row["reference"])
+    return None if problem is None else f"row {index}: {problem}"
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:

@@ -1,7 +1,13 @@
-"""One entry point for problems: a built-in procedural suite or a user file/dataset."""
+"""One entry point for problems: a built-in procedural suite (one per catalog task), HumanEval,
+or a user file/dataset."""
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from passband.curation.catalog import TASKS, TaskName, task as catalog_task
 from passband.curation.suites.loaders import LoadResult, load_rows
 
 
@@ -14,32 +20,67 @@ def load_problems(
     seed: int = 0,
     difficulty: int | str = 0,
     subdomains: list[str] | None = None,
-    answer_format: str = "plain",
+    answer_format: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> LoadResult:
     """Rows {id, task, subdomain, prompt, reference, source} (+ quarantined bad rows of a file).
 
-    `path` wins over `suite`; a file is cut to its first `num_problems` good rows.
+    `path` wins over `suite`; a file is cut to its first `num_problems` good rows. `suite` is a
+    catalog task name (its procedural suite, with `options` as its SuiteOptions) or "humaneval"
+    (code rows). `subdomains` and `answer_format` are math options, kept as keywords because
+    ProblemSource passes them for every suite: they are used only by a suite that has them.
     """
     if path:
         result = load_rows(path, task=task, column_map=column_map)
         return LoadResult(rows=result.rows[:num_problems], quarantined=result.quarantined)
-    if suite == "math":
-        from passband.curation.suites.math_suite import generate_math
-
-        rows = generate_math(num_problems, seed, int(difficulty), subdomains, answer_format)
-    elif suite == "code":
-        from passband.curation.suites.code_suite import generate_code
-
-        rows = generate_code(num_problems, seed, int(difficulty))
-    elif suite == "ifeval":
-        from passband.curation.suites.ifeval_suite import generate_ifeval
-
-        level = difficulty if isinstance(difficulty, str) else ("easy", "mixed", "hard")[min(int(difficulty), 2)]
-        rows = generate_ifeval(num_problems, seed, difficulty=level)
-    elif suite == "humaneval":
-        from passband.curation.suites.humaneval import load_humaneval
-
-        rows = load_humaneval()[:num_problems]
-    else:
-        raise ValueError(f"unknown suite {suite!r}: expected math, code, ifeval or humaneval")
+    if suite == "humaneval":
+        return LoadResult(rows=catalog_task("code").humaneval(num_problems), quarantined=[])
+    if suite not in TASKS:
+        raise ValueError(f"unknown suite {suite!r}: expected one of {', '.join(TASKS)} or humaneval")
+    suite_task = catalog_task(suite)
+    named = {"subdomains": subdomains, "answer_format": answer_format}
+    fields = suite_task.SuiteOptions.model_fields
+    suite_options = suite_task.SuiteOptions(
+        **{key: value for key, value in named.items() if key in fields and value is not None}, **(options or {}))
+    rows = suite_task.problems(num_problems, seed, difficulty, suite_options)
     return LoadResult(rows=rows, quarantined=[])
+
+
+class ProblemSource(BaseModel):
+    """Where problems come from: a built-in procedural suite (one per catalog task), HumanEval, or
+    a user file/dataset. Flows name their problems with it; `load()` turns it into rows."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+    suite: TaskName | Literal["humaneval"] | None = "math"  # type: ignore[valid-type]
+    """Built-in suite to generate from: a catalog task's name or `humaneval` (ignored when `path` is set)."""
+    path: str | None = None
+    """JSONL/Parquet file, `datasets` directory or hub name with rows {id, task, subdomain, prompt,
+    reference, source}; bad rows are quarantined with their row number."""
+    task: TaskName | None = None  # type: ignore[valid-type]
+    """Task of the rows in `path` when the file has no `task` column."""
+    column_map: dict[str, str] = {}
+    """Rename user columns to ours, e.g. {"question": "prompt", "answer": "reference"}."""
+    num_problems: int = Field(32, ge=1)
+    """How many problems to generate (or the first N rows of `path`)."""
+    seed: int = 0
+    """Seed of the procedural generator."""
+    difficulty: int | str = 0
+    """Difficulty knob, the task's own scale: math 0-4, code 0-3, ifeval 'easy'|'hard'|'mixed',
+    structured 0-2."""
+    subdomains: list[str] | None = None
+    """Math sub-domains to draw from (default: all five)."""
+    answer_format: Literal["boxed", "plain"] = "plain"
+    """Math prompts ask for \\boxed{} or for just the number (the demo model rarely boxes)."""
+    options: dict[str, Any] = {}
+    """Further options of the task's suite (its SuiteOptions, e.g. ifeval's max_constraints)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ProblemSource":
+        if self.suite is None and self.path is None:
+            raise ValueError("set either suite or path")
+        return self
+
+    def load(self) -> LoadResult:
+        """The rows (and, for a file, the quarantined bad rows)."""
+        return load_problems(**self.model_dump())
