@@ -41,13 +41,13 @@ def test_estimators_by_hand():
     # k3 = exp(-l) - 1 + l: e^-0.5 - 0.5 = 0.106531; e^1 - 2 = 0.718282; e^-2 + 1 = 1.135335; 0.
     k3 = torch.tensor([[math.exp(-0.5) - 0.5, math.e - 2.0, math.exp(-2.0) + 1.0, 0.0]])
     assert torch.allclose(kl_estimate(logp, ref_logp, "k3"), k3, atol=1e-6)
-    # mse (Huber, delta 1): 0.5^2/2 = 0.125; |-1| -> 0.5 either branch; |2| - 1/2 = 1.5; 0.
-    assert torch.allclose(kl_estimate(logp, ref_logp, "mse"), torch.tensor([[0.125, 0.5, 1.5, 0.0]]))
+    # huber (delta 1): 0.5^2/2 = 0.125; |-1| -> 0.5 either branch; |2| - 1/2 = 1.5; 0.
+    assert torch.allclose(kl_estimate(logp, ref_logp, "huber"), torch.tensor([[0.125, 0.5, 1.5, 0.0]]))
 
 
-def test_mse_gradient_coefficient_is_clamped_to_unit_interval():
+def test_huber_gradient_coefficient_is_clamped_to_unit_interval():
     logp = torch.tensor([[0.5, -3.0, 2.0]], requires_grad=True)
-    kl_estimate(logp, torch.zeros(1, 3), "mse").sum().backward()
+    kl_estimate(logp, torch.zeros(1, 3), "huber").sum().backward()
     assert torch.allclose(logp.grad, torch.tensor([[0.5, -1.0, 1.0]]))  # clamp(l, -1, 1)
 
 
@@ -100,7 +100,12 @@ def test_k3_as_loss_follows_the_forward_kl_gradient_and_warns():
 def test_placement_checks():
     check_kl_placement("reward", "k1")
     check_kl_placement("loss", "k2")
-    check_kl_placement("loss", "mse")
+    check_kl_placement("loss", "huber")
+    # The old name of the Huber option is refused with the new one, not silently accepted.
+    with pytest.raises(ValueError, match="renamed 'huber'"):
+        check_kl_placement("loss", "mse")
+    with pytest.raises(ValueError, match="renamed 'huber'"):
+        kl_estimate(torch.zeros(1, 1), torch.zeros(1, 1), "mse")
     with pytest.raises(ValueError, match="must use estimator 'k1'"):
         check_kl_placement("reward", "k2")
     with pytest.raises(ValueError, match="'advantage'"):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from passband.training.rl import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
+from passband.training.rl.config import RLAlgoConfig
 
 NAN = float("nan")
 # rho = pi_trainer / pi_rollout per token; NaN marks padding (mask 0), never read.
@@ -54,6 +55,33 @@ def test_token_mis_bounds_are_inclusive():
     assert torch.allclose(weights, torch.tensor([[2.0, 0.5, 0.0, 0.0]], dtype=torch.float64))
 
 
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        # rho_t kept only inside [1/C_low, C_high] = [0.2, 3.5]: every response token is inside
+        # (against [0.5, 2] from the symmetric C = 2 above, which drops 3.0, 0.3, 0.25, 0.4).
+        ("token_mis", [[0.6, 3, 0], [3, 1, 1], [0.3, 1, 0], [0.25, 0.4, 0.25]]),
+        # geometric means 1.342, 1.442, 0.548, 0.292 all inside [0.2, 3.5]: every row kept.
+        ("geo_mis", [[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]]),
+    ],
+)
+def test_rejection_range_is_asymmetric_with_a_lower_threshold(mode, expected):
+    rollout_logp = torch.full_like(RHO, -2.0)
+    weights = importance_weights(rollout_logp + RHO.log(), rollout_logp, MASK, mode, threshold=3.5, threshold_low=5.0)
+    assert torch.allclose(weights, torch.tensor(expected, dtype=torch.float32), atol=1e-5)
+
+
+def test_asymmetric_range_rejects_on_each_side_by_its_own_threshold():
+    # IcePop's range [0.5, 5]: C_low = 2, C_high = 5. In float64 so the bounds compare exactly.
+    rho = torch.tensor([[0.5, 0.4999, 4.0, 5.0, 5.0001, 0.3]], dtype=torch.float64)
+    weights = importance_weights(rho.log(), torch.zeros_like(rho), torch.ones(1, 6), "token_mis", 5.0, 2.0)
+    assert torch.allclose(weights, torch.tensor([[0.5, 0.0, 4.0, 5.0, 0.0, 0.0]], dtype=torch.float64))
+    # geo_mis: one row per geometric mean 0.45 (below 1/2: dropped) and 4.5 (inside: kept).
+    geo = torch.tensor([[0.45, 0.45], [4.5, 4.5]], dtype=torch.float64)
+    weights = importance_weights(geo.log(), torch.zeros_like(geo), torch.ones(2, 2), "geo_mis", 5.0, 2.0)
+    assert torch.equal(weights, torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64))
+
+
 def test_long_sequences_do_not_overflow():
     num_tokens = 4000
     mask = torch.ones(2, num_tokens)
@@ -75,8 +103,10 @@ def test_long_sequences_do_not_overflow():
 def test_bad_mode_and_threshold_are_refused():
     with pytest.raises(ValueError, match="'seq'"):
         importance_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), "seq", 2.0)
-    with pytest.raises(ValueError, match="threshold"):
+    with pytest.raises(ValueError, match="thresholds must be >= 1"):
         importance_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), "seq_mis", 0.5)
+    with pytest.raises(ValueError, match="C_low=0.5"):
+        importance_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), "token_mis", 2.0, 0.5)
 
 
 def test_mismatch_stats_for_seq_mis():
@@ -106,3 +136,49 @@ def test_response_perplexity_by_hand():
     logp = torch.tensor([[math.log(0.5), math.log(0.25), NAN]])
     # exp(-(ln 0.5 + ln 0.25) / 2) = exp(ln 8 / 2) = sqrt(8)
     assert response_perplexity(logp, torch.tensor([[1, 1, 0]])) == pytest.approx(math.sqrt(8), abs=1e-5)
+
+
+def _rejected_row_frac(noise: float, num_tokens: int, mode: str, threshold: float, rows: int = 4000) -> float:
+    gen = torch.Generator().manual_seed(0)
+    rollout_logp = torch.full((rows, num_tokens), -1.0)
+    trainer_logp = rollout_logp + noise * torch.randn(rows, num_tokens, generator=gen)
+    weights = importance_weights(trainer_logp, rollout_logp, torch.ones(rows, num_tokens), mode, threshold)
+    return float((weights[:, 0] == 0).float().mean())
+
+
+def _normal_two_sided_tail(z: float) -> float:
+    return math.erfc(z / math.sqrt(2.0))
+
+
+def test_geo_mis_needs_its_own_threshold_to_bind():
+    # 0.3 nats of iid log-ratio noise over 200 tokens. The geometric mean's log is N(0, 0.3^2/200)
+    # (sd 0.0212): a band of [1/2, 2] (|mean| <= 0.693) is 33 sd wide and never rejects, while the
+    # product's log is N(0, 0.3^2 * 200) (sd 4.24): seq-MIS at C=2 rejects P(Z > 0.163) = 43.5%.
+    # The default geo_threshold 1.001 rejects P(|Z| > 0.047) = 96%: it binds. At a healthy
+    # vllm_kl ~ 1e-3 (noise sqrt(2e-3) = 0.045 nats) it still rejects P(|Z| > 0.32) = 75% of
+    # 200-token rows: a strict setting, meant for long responses and aligned engines.
+    sd_mean = 0.3 / math.sqrt(200)
+    assert _rejected_row_frac(0.3, 200, "geo_mis", 2.0) == 0.0
+    seq = _rejected_row_frac(0.3, 200, "seq_mis", 2.0)
+    assert seq == pytest.approx(0.5 * _normal_two_sided_tail(math.log(2.0) / (0.3 * math.sqrt(200))), abs=0.03)
+    assert seq == pytest.approx(0.435, abs=0.03)
+    default = RLAlgoConfig().geo_threshold
+    assert default == 1.001
+    geo = _rejected_row_frac(0.3, 200, "geo_mis", default)
+    assert geo == pytest.approx(_normal_two_sided_tail(math.log(default) / sd_mean), abs=0.03)
+    assert geo > 0.9
+    healthy = _rejected_row_frac(math.sqrt(2e-3), 200, "geo_mis", default)
+    assert healthy == pytest.approx(_normal_two_sided_tail(math.log(default) / (math.sqrt(2e-3 / 200))), abs=0.03)
+
+
+def test_extreme_log_ratios_give_finite_weights_and_metrics():
+    # A token log-ratio of 94 (exp overflows float32 at 88.7): token_mis rejects it with weight 0,
+    # never inf * 0 = NaN; token_tis caps it; the metrics stay finite.
+    trainer_logp = torch.tensor([[-0.1, -1.0, -2.0]])
+    rollout_logp = torch.tensor([[-94.1, -1.0, -2.0]])
+    mask = torch.ones(1, 3)
+    assert torch.equal(importance_weights(trainer_logp, rollout_logp, mask, "token_mis", 2.0), torch.tensor([[0.0, 1.0, 1.0]]))
+    assert torch.equal(importance_weights(trainer_logp, rollout_logp, mask, "token_tis", 2.0), torch.tensor([[2.0, 1.0, 1.0]]))
+    stats = mismatch_stats(trainer_logp, rollout_logp, mask, torch.ones(1, 3))
+    assert all(math.isfinite(v) for v in stats.values())
+    assert math.isfinite(mismatch_kl(trainer_logp, rollout_logp, mask))

@@ -72,7 +72,8 @@ def test_token_clipping_sides_for_positive_and_negative_advantages():
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[0.0], [-0.125], [0.0], [0.375]]), atol=1e-6)
     assert metrics == pytest.approx(
-        {"clip_frac_low": 0.25, "clip_frac_high": 0.25, "ratio_mean": 1.0, "ratio_max": 1.5, "ratio_min": 0.5}
+        {"clip_frac_low": 0.25, "clip_frac_high": 0.25, "clip_frac": 0.5, "ratio_mean": 1.0, "ratio_max": 1.5,
+         "ratio_min": 0.5}
     )
 
 
@@ -118,3 +119,48 @@ def test_unknown_level_is_refused():
     logp, old_logp, advantages, mask = _on_policy_batch()
     with pytest.raises(ValueError, match="'tokens'"):
         policy_loss(logp, old_logp, advantages, mask, level="tokens")
+
+
+def test_extreme_log_ratio_gives_finite_loss_and_gradients():
+    # Token log-ratio 94: exp overflows float32. At A = 0 the loss was inf * 0 = NaN; with A > 0
+    # the term is clipped, and its zero gradient was 0 * inf = NaN.
+    for level in ("token", "sequence"):
+        for advantage in (0.0, 1.0, -1.0):
+            logp = torch.tensor([[-0.1, -1.0]], requires_grad=True)
+            old_logp = torch.tensor([[-94.1, -1.0]])
+            loss, metrics = policy_loss(logp, old_logp, torch.tensor([advantage]), torch.ones(1, 2), level=level)
+            loss.backward()
+            assert math.isfinite(loss.item()) and torch.isfinite(logp.grad).all(), (level, advantage)
+            assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_sequence_level_clip_fraction_counts_sequences():
+    # An 8-token sequence clipped high and a 2-token one inside the range: 1 of 2 sequences is
+    # clipped (0.5), not 8 of 10 tokens (0.8).
+    mask = torch.tensor([[1.0] * 8, [1.0] * 2 + [0.0] * 6])
+    old_logp = torch.full((2, 8), -1.0)
+    logp = old_logp + torch.tensor([[0.01], [0.0]])  # s = e^0.01 = 1.01005 > 1 + 4e-4
+    _, metrics = policy_loss(logp, old_logp, torch.tensor([1.0, 1.0]), mask, level="sequence", clip_low=3e-4,
+                             clip_high=4e-4, aggregation="seq_mean")
+    assert metrics["clip_frac_high"] == 0.5 and metrics["clip_frac"] == 0.5
+
+
+def test_gspo_config_defaults_to_seq_mean_and_its_own_clip_range():
+    from passband.training.rl.config import RLAlgoConfig
+
+    token, sequence = RLAlgoConfig(), RLAlgoConfig(level="sequence")
+    assert (token.aggregation, token.clip_low, token.clip_high) == ("token_mean", 0.2, 0.28)
+    assert (sequence.aggregation, sequence.clip_low, sequence.clip_high) == ("seq_mean", 3e-4, 4e-4)
+    with pytest.warns(UserWarning, match="not GSPO"):
+        RLAlgoConfig(level="sequence", aggregation="token_mean")
+    with pytest.warns(UserWarning, match="never binds"):
+        RLAlgoConfig(level="sequence", clip_high=0.28)
+    # Under seq_mean each sequence gets the same gradient mass whatever its length: at ratio 1
+    # with A = 1, sum_t |dloss/dlogp_t| is 1/2 for the 8-token and for the 2-token sequence
+    # (token_mean would give 8/10 and 2/10).
+    mask = torch.tensor([[1.0] * 8, [1.0] * 2 + [0.0] * 6])
+    logp = torch.full((2, 8), -1.0, requires_grad=True)
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([1.0, 1.0]), mask, level="sequence",
+                          clip_low=sequence.clip_low, clip_high=sequence.clip_high, aggregation=sequence.aggregation)
+    loss.backward()
+    assert torch.allclose(logp.grad.abs().sum(dim=-1), torch.tensor([0.5, 0.5]))

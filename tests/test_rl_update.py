@@ -199,6 +199,24 @@ def test_k1_in_reward_shifts_advantages_by_the_centred_penalty():
     assert torch.allclose(advantages, torch.tensor([0.4825, -0.4475, 0.5325, -0.5675]), atol=1e-6)
 
 
+def test_k1_in_reward_is_not_rescaled_by_the_reward_std():
+    # Same penalties as above with scale_by_std=True. Rewards [1, 0, 1, 0]: mean 0.5, sample std
+    # sqrt(1/3) = 0.577350, so the verifier's A = +-0.5 / (0.577350 + 1e-6) = +-0.866024. The
+    # penalty [0.05, -0.02, 0, 0.1] centred on its mean 0.0325 is [0.0175, -0.0525, -0.0325, 0.0675]
+    # and is subtracted as it is: A = [0.848524, -0.813524, 0.898524, -0.933524]. (Dividing the
+    # shaped rewards by their own std, 0.5884, would give [0.8200, -0.7605, 0.9050, -0.9645].)
+    trainer_logp = torch.tensor([[-1.0, -0.5], [-2.0, -1.0], [-0.7, -0.7], [-0.1, 0.0]])
+    ref_logp = torch.tensor([[-1.3, -0.7], [-1.8, -1.0], [-0.7, -0.7], [-1.1, -9.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    cfg = RLAlgoConfig(kl_coef=0.1, kl_placement="reward", kl_estimator="k1", scale_by_std=True)
+    advantages, shaped = advantages_with_kl(torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.ones(4, dtype=torch.bool), 4, cfg,
+                                            trainer_logp, ref_logp, mask)
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
+    expected = torch.tensor([a - 0.0175, -a + 0.0525, a + 0.0325, -a - 0.0675])
+    assert torch.allclose(advantages, expected, atol=1e-6)
+    assert torch.allclose(shaped, torch.tensor([0.95, 0.02, 1.0, -0.1]), atol=1e-6)
+
+
 def test_k1_in_reward_gives_signal_to_a_zero_variance_group():
     # Equal verifier rewards: no gradient without KL; the KL-shaped rewards differ, so with it the
     # group trains. The reported penalty is checked against full-logits log-probs.
@@ -247,3 +265,108 @@ def test_engine_as_behaviour_applies_only_the_rejections_of_the_correction():
     reweighted, _ = _update(model, batch, behaviour_policy="trainer", correction="token_tis", correction_threshold=1.05)
     assert torch.allclose(_delta(model, capped), _delta(model, plain), atol=1e-8)
     assert not torch.allclose(_delta(model, reweighted), _delta(model, plain), atol=1e-6)
+
+
+def test_kl_loss_is_weighted_by_the_engine_ratio_even_at_one_step_without_correction():
+    # Equal rewards: advantages 0, so the KL loss is the whole gradient. Lowering every engine
+    # log-prob by ln 2 makes pi_theta/pi_engine = 2 on every token (S = 1, correction 'none': the
+    # tokens still came from the engine, docs/recipe.md section 6), so the update doubles exactly.
+    model = _tiny_model()
+    ref = _tiny_model(seed=3)
+    batch = _batch(model, [1.0] * 4, num_prompts=1)
+    # lr 10: steps ~1e-3, far above the float32 rounding of parameter + step (~1e-8).
+    settings = dict(lr=10.0, ref_model=ref, kl_coef=0.5, kl_placement="loss", kl_estimator="k2", correction="none",
+                    grad_clip=None, micro_batch_size=3)
+    plain, m_plain = _update(model, batch, **settings)
+    shifted_batch = copy.deepcopy(batch)
+    shifted_batch.engine_logp = [[v - math.log(2.0) for v in row] for row in batch.engine_logp]
+    shifted, m_shifted = _update(model, shifted_batch, **settings)
+    assert m_plain["vllm_kl"] == pytest.approx(0.0, abs=1e-10)
+    assert m_shifted["vllm_kl"] == pytest.approx(1.0 - math.log(2.0), rel=1e-5)  # exp(d) - d - 1, d = ln 2
+    d_plain = _delta(model, plain)
+    assert d_plain.abs().max() > 1e-3
+    assert torch.allclose(_delta(model, shifted), 2.0 * d_plain, rtol=1e-3, atol=1e-7)
+
+
+def test_kl_cov_update_is_the_unclipped_surrogate():
+    # With no token selected (fraction 0) KL-Cov's update is the plain surrogate without clipping,
+    # reproduced by a clip range too wide to bind; the config's tight clip 0.01 is not applied.
+    model = _tiny_model()
+    batch = _batch(model, REWARDS)
+    settings = dict(lr=2.0, micro_batch_size=8, num_inner_steps=2, grad_clip=None, correction="none")
+    kl_cov, metrics = _update(model, batch, cov_method="kl_cov", cov_fraction=0.0, clip_low=0.01, clip_high=0.01,
+                              **settings)
+    wide, _ = _update(model, batch, clip_low=0.999, clip_high=1e6, **settings)
+    clipped, clipped_metrics = _update(model, batch, clip_low=0.01, clip_high=0.01, **settings)
+    assert metrics["ratio_max"] > 1.01 or metrics["ratio_min"] < 0.99  # the tight range would bind
+    assert metrics["clip_frac_low"] == metrics["clip_frac_high"] == 0.0
+    assert clipped_metrics["clip_frac_low"] + clipped_metrics["clip_frac_high"] > 0
+    assert torch.allclose(_delta(model, kl_cov), _delta(model, wide), rtol=1e-5, atol=1e-8)
+    assert not torch.allclose(_delta(model, kl_cov), _delta(model, clipped), rtol=1e-3, atol=1e-6)
+
+
+def test_token_mis_lower_threshold_reaches_the_update():
+    model = _tiny_model()
+    batch = _batch(model, REWARDS, engine_noise=0.3)
+    # Independent count: rho = pi_model / pi_engine per token from one-at-a-time log-probs.
+    own = _own_logp(model, batch.prompt_ids, batch.response_ids)
+    rhos = [math.exp(t - e) for ro, re in zip(own, batch.engine_logp) for t, e in zip(ro, re)]
+    for high, low in [(5.0, 1.2), (1.2, 5.0)]:
+        _, metrics = _update(model, batch, correction="token_mis", correction_threshold=high, correction_threshold_low=low)
+        outside = sum(not (1.0 / low <= rho <= high) for rho in rhos) / len(rhos)
+        assert 0.0 < outside < 1.0
+        assert metrics["mismatch_masked_token_frac"] == pytest.approx(outside)
+
+
+def test_config_refuses_a_lower_threshold_for_modes_without_one():
+    with pytest.raises(ValueError, match="no such bound"):
+        RLAlgoConfig(correction="seq_mis", correction_threshold_low=2.0)
+    # geo_mis has its own (much tighter) thresholds: C_low of seq-scale ratios is refused there.
+    with pytest.raises(ValueError, match="geo_threshold"):
+        RLAlgoConfig(correction="geo_mis", correction_threshold_low=2.0)
+    assert RLAlgoConfig(correction="token_mis", correction_threshold_low=2.0).correction_threshold_low == 2.0
+    assert RLAlgoConfig(correction="geo_mis", geo_threshold_low=1.002).correction_bounds() == (1.001, 1.002)
+
+
+def test_vllm_kl_all_counts_the_invalid_rows_vllm_kl_does_not():
+    # Row 2 is invalid (e.g. truncated) and its engine log-probs are 0.5 too low: d = 0.5 on its
+    # tokens, 0 elsewhere. vllm_kl (valid rows) is 0; vllm_kl_all = n2 (e^0.5 - 1.5) / all tokens.
+    model = _tiny_model()
+    valid = [True, True, False, True, True, True, True, True]
+    batch = _batch(model, [1.0, 0.0, math.nan, 0.5, 1.0, 0.0, 0.0, 1.0], valid=valid)
+    batch.engine_logp[2] = [v - 0.5 for v in batch.engine_logp[2]]
+    _, metrics = _update(model, batch, micro_batch_size=3)
+    num_tokens = sum(len(r) for r in batch.response_ids)
+    assert metrics["vllm_kl"] == pytest.approx(0.0, abs=1e-10)
+    expected = len(batch.response_ids[2]) * (math.exp(0.5) - 1.5) / num_tokens
+    assert metrics["vllm_kl_all"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_kl_loss_gets_no_gradient_from_sequences_the_correction_rejected():
+    # Equal rewards: the KL loss is the whole gradient. Engine log-probs 1 nat lower on every token
+    # of every row: prod rho = e^len > 2, so seq-MIS rejects every row and the KL term (weighted
+    # by the correction's keep factor) must give no gradient; without a correction it does.
+    model = _tiny_model()
+    ref = _tiny_model(seed=3)
+    batch = _batch(model, [1.0] * 4, num_prompts=1)
+    batch.engine_logp = [[v - 1.0 for v in row] for row in batch.engine_logp]
+    settings = dict(ref_model=ref, kl_coef=0.5, kl_placement="loss", kl_estimator="k2", grad_clip=None, lr=10.0)
+    for kl_level in ("token", "sequence"):
+        rejected, metrics = _update(model, batch, correction="seq_mis", kl_level=kl_level, **settings)
+        assert metrics["mismatch_masked_seq_frac"] == 1.0
+        assert _delta(model, rejected).abs().max() == 0.0
+        kept, _ = _update(model, batch, correction="none", kl_level=kl_level, **settings)
+        assert _delta(model, kept).abs().max() > 1e-4
+
+
+def test_micro_batching_does_not_change_a_sequence_level_kl_update():
+    model = _tiny_model()
+    ref = _tiny_model(seed=5)
+    batch = _batch(model, REWARDS, valid=[True, True, True, False, True, True, True, True], engine_noise=0.05)
+    settings = dict(ref_model=ref, kl_coef=0.3, kl_placement="loss", kl_estimator="k2", kl_level="sequence",
+                    correction="token_tis")
+    whole, m_whole = _update(model, batch, micro_batch_size=8, **settings)
+    threes, m_threes = _update(model, batch, micro_batch_size=3, **settings)
+    assert _delta(model, whole).abs().max() > 1e-4
+    assert torch.allclose(_delta(model, threes), _delta(model, whole), rtol=1e-4, atol=1e-7)
+    assert m_threes["kl_loss"] == pytest.approx(m_whole["kl_loss"], rel=1e-5)

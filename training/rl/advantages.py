@@ -1,4 +1,4 @@
-"""Group-relative advantages (GRPO, RECIPE section 4) and the zero-variance group mask.
+"""Group-relative advantages (GRPO, docs/recipe.md section 4) and the zero-variance group mask.
 
 Rewards are `[B]` with groups contiguous: rows `g*G .. g*G+G-1` are the G rollouts of prompt g.
 
@@ -8,7 +8,7 @@ Choices, stated once:
   here (the sample std is undefined), so its advantages are 0.
 - `valid` (0/1 `[B]`, optional) marks rollouts whose output could be parsed. Invalid rollouts are
   left out of their group's mean and std and get advantage 0: they carry no signal, and giving
-  them one would teach the wrong thing (RECIPE section 4, Rewards). Their reward value is never
+  them one would teach the wrong thing (docs/recipe.md section 4, Rewards). Their reward value is never
   read, so it may be NaN. The caller also zeroes their loss mask, so they leave the gradient.
 """
 

@@ -73,7 +73,7 @@ def build_rollout_batch(
 
     rewards/valid: nested like `samples_per_prompt`; a None reward becomes NaN and must be invalid.
     tasks: one task name per prompt. mask_truncated: also mark samples that hit max_tokens
-    invalid (RECIPE 4: a truncated output is unparsable, whatever the verifier extracted).
+    invalid (docs/recipe.md section 4: a truncated output is unparsable, whatever the verifier extracted).
     """
     if not (len(samples_per_prompt) == len(rewards) == len(valid) == len(tasks)):
         raise ValueError(

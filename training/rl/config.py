@@ -1,4 +1,4 @@
-"""The settings of one RL update (RECIPE sections 4-7): objective, reuse, mismatch, KL, entropy.
+"""The settings of one RL update (docs/recipe.md sections 4-7): objective, reuse, mismatch, KL, entropy.
 
 The flow's config holds one `RLAlgoConfig` and passes it to `training.rl.update.rl_update` each
 outer iteration. Bad combinations are refused here, before any rollout is generated.
@@ -6,11 +6,22 @@ outer iteration. Bad combinations are refused here, before any rollout is genera
 
 from __future__ import annotations
 
-from typing import Literal
+import warnings
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from passband.training.rl.kl import check_kl_placement
+from passband.training.rl.kl import check_kl_placement, refuse_renamed_estimator
+
+# What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
+# are geometric means over the response, so they move ~1/sqrt(length) as much as token ratios:
+# the GSPO paper clips them to [1 - 3e-4, 1 + 4e-4], and averages sequences (seq_mean).
+LEVEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "token": {"clip_low": 0.2, "clip_high": 0.28, "aggregation": "token_mean"},
+    "sequence": {"clip_low": 3e-4, "clip_high": 4e-4, "aggregation": "seq_mean"},
+}
+# A sequence-level clip at or above this never binds in practice: warn.
+SEQUENCE_CLIP_WARN = 0.05
 
 
 class RLAlgoConfig(BaseModel):
@@ -18,7 +29,7 @@ class RLAlgoConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Advantages (RECIPE 4, Objectives).
+    # Advantages (docs/recipe.md section 4, Objectives).
     scale_by_std: bool = Field(
         default=True, description="Divide group-centred rewards by the group's sample std (GRPO); False: mean-only."
     )
@@ -29,16 +40,24 @@ class RLAlgoConfig(BaseModel):
         "so they neither count in the loss normalizer nor in the KL terms. They are counted either way.",
     )
 
-    # Objective.
+    # Objective. clip_low, clip_high and aggregation default to None, resolved per level when the
+    # config is built (`LEVEL_DEFAULTS`), so a constructed config always holds the values in use.
     level: Literal["token", "sequence"] = Field(
         default="token", description="Importance ratio per token (GRPO) or per sequence as a geometric mean (GSPO)."
     )
-    clip_low: float = Field(default=0.2, ge=0, lt=1, description="Ratio clipped below at 1 - clip_low (binds for A < 0).")
-    clip_high: float = Field(default=0.28, ge=0, description="Ratio clipped above at 1 + clip_high (binds for A > 0; clip-higher).")
-    aggregation: Literal["token_mean", "seq_mean", "seq_sum"] = Field(
-        default="token_mean",
+    clip_low: float | None = Field(
+        default=None, ge=0, lt=1, description="Ratio clipped below at 1 - clip_low (binds for A < 0). None: 0.2 at "
+        "token level, 3e-4 at sequence level (GSPO's; a geometric-mean ratio rarely leaves [0.8, 1.28])."
+    )
+    clip_high: float | None = Field(
+        default=None, ge=0, description="Ratio clipped above at 1 + clip_high (binds for A > 0; clip-higher). None: "
+        "0.28 at token level, 4e-4 at sequence level."
+    )
+    aggregation: Literal["token_mean", "seq_mean", "seq_sum"] | None = Field(
+        default=None,
         description="Loss reduction over the WHOLE batch (it sets the length bias): mean over all response tokens, "
-        "mean of per-sequence means, or per-sequence sums divided by max_tokens.",
+        "mean of per-sequence means, or per-sequence sums divided by max_tokens. None: token_mean at token level, "
+        "seq_mean at sequence level (GSPO is defined with the sequence mean).",
     )
     max_tokens: int | None = Field(
         default=None, gt=0, description="The constant divisor of aggregation='seq_sum' (the response-length budget)."
@@ -61,7 +80,7 @@ class RLAlgoConfig(BaseModel):
         default=1024, gt=0, description="Tokens per chunk of the LM head in log-prob and entropy passes (memory O(chunk x vocab))."
     )
 
-    # Training-inference mismatch (RECIPE 5).
+    # Training-inference mismatch (docs/recipe.md section 5).
     behaviour_policy: Literal["engine", "trainer"] = Field(
         default="trainer",
         description="pi_old of the ratio: 'engine' uses the rollout engine's log-probs (saves nothing here, since the "
@@ -71,23 +90,45 @@ class RLAlgoConfig(BaseModel):
     correction: Literal["none", "token_tis", "token_mis", "seq_tis", "seq_mis", "geo_mis"] = Field(
         default="seq_mis", description="Rollout correction weights rho = pi_trainer / pi_engine (see training.rl.mismatch)."
     )
-    correction_threshold: float = Field(default=2.0, ge=1, description="C of the correction: cap or acceptance range [1/C, C].")
+    correction_threshold: float = Field(
+        default=2.0, ge=1, description="C (C_high) of the correction: the cap, or the upper bound of the acceptance range."
+    )
+    correction_threshold_low: float | None = Field(
+        default=None, ge=1, description="C_low of token_mis: ratios below 1/C_low are rejected (IcePop: 2 with "
+        "C_high 5); None: C_low = correction_threshold, a symmetric range [1/C, C]."
+    )
+    geo_threshold: float = Field(
+        default=1.001, gt=1, description="Upper bound of geo_mis on the per-token geometric mean of rho (typical "
+        "1.0002-1.001). Not C: [1/2, 2] on the geometric mean never rejects (0% of 200-token rows at 0.3 nats of "
+        "noise, where seq-MIS at C=2 rejects 43%; tests/test_rl_mismatch.py)."
+    )
+    geo_threshold_low: float | None = Field(
+        default=None, gt=1, description="geo_mis rejects rows whose geometric mean is below 1/geo_threshold_low; "
+        "None: geo_threshold (symmetric)."
+    )
     max_vllm_kl: float | None = Field(
         default=None, gt=0, description="Skip the update (report skipped=1) when the batch's vllm_kl exceeds this; None: never skip."
     )
 
-    # KL toward the reference policy (RECIPE 6).
+    # KL toward the reference policy (docs/recipe.md section 6).
     kl_coef: float = Field(default=0.0, ge=0, description="KL coefficient; 0 (the default) turns KL off and needs no reference model.")
     kl_placement: Literal["reward", "loss"] = Field(
         default="reward", description="'reward': k1 per sequence subtracted from the reward; 'loss': a KL loss term."
     )
-    kl_estimator: Literal["k1", "k2", "k3", "mse"] = Field(
-        default="k1", description="k1 in the reward; k2 (or bounded mse, or k3 with a warning) as a loss; k1 as a loss is refused."
+    kl_estimator: Literal["k1", "k2", "k3", "huber"] = Field(
+        default="k1", description="k1 in the reward; k2 (or huber, k2 with its gradient coefficient clamped to [-1, 1], "
+        "or k3 with a warning) as a loss; k1 as a loss is refused. 'mse' was renamed 'huber'."
+    )
+    kl_level: Literal["token", "sequence"] = Field(
+        default="token", description="KL as a loss: 'sequence' = k(sum_t l_t) per response, mean over sequences (its "
+        "expected gradient is the sequence reverse-KL gradient, like k1 in the reward; kl_coef is per response); "
+        "'token' = sum_t k(l_t) aggregated like the policy loss (a myopic per-prefix KL, see training.rl.kl)."
     )
 
-    # Entropy (RECIPE 7).
+    # Entropy (docs/recipe.md section 7).
     cov_method: Literal["none", "clip_cov", "kl_cov"] = Field(
-        default="none", description="Keep entropy alive: Clip-Cov detaches, KL-Cov penalizes, the top-covariance tokens."
+        default="none", description="Keep entropy alive: Clip-Cov detaches, KL-Cov penalizes, the top-covariance tokens. "
+        "Under KL-Cov the surrogate is unclipped (clip_low/clip_high unused), as in the paper."
     )
     cov_fraction: float = Field(default=2e-4, ge=0, le=1, description="Fraction of response tokens Clip-Cov / KL-Cov act on.")
     cov_bounds: tuple[float, float] = Field(
@@ -99,12 +140,55 @@ class RLAlgoConfig(BaseModel):
         default=1.0, gt=0, description="Sampling temperature of the rollouts; the trainer's log-probs use logits / temperature."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_level_defaults(cls, data: Any) -> Any:
+        """Fill clip_low/clip_high/aggregation left None with the level's defaults; refuse 'mse'."""
+        if not isinstance(data, dict):
+            return data
+        refuse_renamed_estimator(data.get("kl_estimator", "k1"))
+        level = data.get("level", "token")
+        if level not in LEVEL_DEFAULTS:
+            return data  # the Literal check reports it
+        if level == "sequence" and data.get("aggregation") in ("token_mean", "seq_sum"):
+            warnings.warn(
+                f"level='sequence' with aggregation={data['aggregation']!r} weights each sequence by its length (an "
+                "8-token and a 2-token sequence get 0.8/0.2 of the gradient): that is not GSPO, which averages "
+                "sequences; leave aggregation unset (seq_mean)",
+                stacklevel=2,
+            )
+        if level == "sequence" and max(data.get("clip_low") or 0.0, data.get("clip_high") or 0.0) >= SEQUENCE_CLIP_WARN:
+            warnings.warn(
+                f"level='sequence' with clip_low={data.get('clip_low')}, clip_high={data.get('clip_high')}: a per-token "
+                "geometric-mean ratio almost never moves that far, so the clip never binds; GSPO uses 3e-4/4e-4 "
+                "(leave them unset)",
+                stacklevel=2,
+            )
+        return {**data, **{name: value for name, value in LEVEL_DEFAULTS[level].items() if data.get(name) is None}}
+
+    def correction_bounds(self) -> tuple[float, float | None]:
+        """(C_high, C_low) for `importance_weights`: geo_mis has its own thresholds, the others share C."""
+        if self.correction == "geo_mis":
+            return self.geo_threshold, self.geo_threshold_low
+        return self.correction_threshold, self.correction_threshold_low
+
     @model_validator(mode="after")
     def _check(self) -> "RLAlgoConfig":
         if self.aggregation == "seq_sum" and self.max_tokens is None:
             raise ValueError("aggregation='seq_sum' needs max_tokens (the response-length budget that divides each sum)")
         if self.cov_bounds[0] >= self.cov_bounds[1]:
             raise ValueError(f"cov_bounds must be (lower, upper) with lower < upper, got {self.cov_bounds}")
+        if self.correction_threshold_low is not None and self.correction != "token_mis":
+            hint = " (geo_mis: use geo_threshold / geo_threshold_low)" if self.correction == "geo_mis" else ""
+            raise ValueError(
+                f"correction_threshold_low is the lower bound of token_mis; correction={self.correction!r} has no "
+                f"such bound: leave it None{hint}"
+            )
+        if self.kl_level == "sequence" and self.kl_placement != "loss":
+            raise ValueError(
+                "kl_level='sequence' sets the KL LOSS's level; k1 in the reward is already one penalty per sequence: "
+                "leave kl_level='token' or use kl_placement='loss'"
+            )
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {self.betas}")
         # Refuse k1 as a loss (zero expected gradient) and warn on k3 as a loss, even at kl_coef=0,

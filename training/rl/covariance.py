@@ -1,4 +1,4 @@
-"""Clip-Cov and KL-Cov: keep entropy alive by acting on high-covariance tokens (RECIPE section 7).
+"""Clip-Cov and KL-Cov: keep entropy alive by acting on high-covariance tokens (docs/recipe.md section 7).
 
 Cui et al., "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models":
 the entropy change of a step follows the covariance between a token's log-prob and its
@@ -10,15 +10,25 @@ centring) and logp detached.
   clipped by the surrogate, pick max(1, int(fraction * num_response_tokens)) at random and
   detach their gradient. `clip_cov_keep_mask` returns the 0/1 mask to multiply into the
   policy loss's `weights`.
-- KL-Cov: pick the top max(1, int(fraction * num_response_tokens)) tokens by cov and add
-  coef * |logp - old_logp| to their loss. `kl_cov_penalty` returns that per-token term `[B, T]`;
-  aggregate it like the policy loss (`masked_aggregate`) and add it. (The paper also drops the
-  ratio clipping under KL-Cov; here clipping stays whatever the policy loss is set to.)
+- KL-Cov: pick the top max(1, int(fraction * num_response_tokens)) tokens by cov
+  (`kl_cov_selection`) and add coef * |logp - old_logp| to their loss (`kl_cov_penalty`, a
+  per-token term `[B, T]` to aggregate like the policy loss, `masked_aggregate`, and add). As in
+  the paper and its reference code, the surrogate under KL-Cov is the UNCLIPPED r * A on every
+  token: the penalty takes the place of the trust region. `KL_COV_CLIP` is the clip range that
+  says so to `policy_loss`.
 Defaults are the paper's: fraction 2e-4, cov bounds (1, 5), KL coefficient 1.
 """
 
+import math
+
 import torch
 from torch import Tensor
+
+from passband.training.rl.logratio import exp_ratio
+
+# (clip_low, clip_high) for `policy_loss` under KL-Cov: the ratio is clamped to [0, inf), which
+# no ratio exp(...) > 0 ever leaves, so nothing is clipped.
+KL_COV_CLIP = (1.0, math.inf)
 
 
 def token_covariance(logp: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
@@ -66,7 +76,7 @@ def clip_cov_keep_mask(
         advantages = advantages[:, None].expand_as(logp)
     is_response = mask > 0
     cov = token_covariance(logp, advantages, mask)
-    ratio = torch.exp(torch.where(is_response, logp.detach() - old_logp.detach(), torch.zeros_like(logp)))
+    ratio = exp_ratio(torch.where(is_response, logp.detach() - old_logp.detach(), torch.zeros_like(logp)))
     already_clipped = ((advantages > 0) & (ratio > 1.0 + clip_high)) | ((advantages < 0) & (ratio < 1.0 - clip_low))
     candidates = is_response & ~already_clipped & (cov > cov_lower) & (cov < cov_upper)
     candidate_idx = candidates.reshape(-1).nonzero().squeeze(-1)  # flat indices
@@ -77,16 +87,23 @@ def clip_cov_keep_mask(
     return keep.reshape(logp.shape)
 
 
-def kl_cov_penalty(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, fraction: float = 2e-4, coef: float = 1.0
-) -> Tensor:
-    """Per-token penalty `[B, T]` = coef * |logp - old_logp| on the top-`fraction` tokens by cov,
-    0 elsewhere; gradient flows through `logp`. Ties in cov are broken by torch.topk."""
+def kl_cov_selection(logp: Tensor, advantages: Tensor, mask: Tensor, fraction: float = 2e-4) -> Tensor:
+    """0/1 float `[B, T]`: the top max(1, int(fraction * N)) of the N response tokens by cov.
+
+    The centring of cov is over the whole batch, so choose over the whole batch (not per
+    micro-batch, which would make the choice depend on the micro-batch size). Ties in cov are
+    broken by torch.topk.
+    """
     is_response = mask > 0
-    cov = token_covariance(logp, advantages, mask)
-    cov = torch.where(is_response, cov, torch.full_like(cov, -torch.inf)).reshape(-1)
+    cov = torch.where(is_response, token_covariance(logp, advantages, mask), torch.full_like(logp, -torch.inf))
     num_selected = _num_selected(fraction, int(is_response.sum()))
-    selected = torch.zeros(logp.numel(), dtype=torch.bool, device=logp.device)
-    selected[torch.topk(cov, num_selected).indices] = True
-    log_ratio = torch.where(is_response, logp - old_logp.detach(), torch.zeros_like(logp))
-    return coef * log_ratio.abs() * selected.reshape(logp.shape)
+    selected = torch.zeros(logp.numel(), dtype=logp.dtype, device=logp.device)
+    selected[torch.topk(cov.reshape(-1), num_selected).indices] = 1.0
+    return selected.reshape(logp.shape)
+
+
+def kl_cov_penalty(logp: Tensor, old_logp: Tensor, selected: Tensor, mask: Tensor, coef: float = 1.0) -> Tensor:
+    """Per-token penalty `[B, T]` = coef * |logp - old_logp| where `selected` (0/1 `[B, T]`, from
+    `kl_cov_selection`) is 1, 0 elsewhere; gradient flows through `logp`, never from padding."""
+    log_ratio = torch.where(mask > 0, logp - old_logp.detach(), torch.zeros_like(logp))
+    return coef * log_ratio.abs() * selected.detach()

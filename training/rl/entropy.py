@@ -1,4 +1,4 @@
-"""Token entropy of the policy, computed chunk by chunk (RECIPE section 7).
+"""Token entropy of the policy, computed chunk by chunk (docs/recipe.md section 7).
 
 H_t = -sum_v p_v log p_v = logsumexp(z) - sum_v softmax(z)_v z_v for logits z `[V]`.
 Logits `[B, T, V]` are flattened to `[B*T, V]` and processed `chunk_size` rows at a time, so at

@@ -1,15 +1,26 @@
-"""Training-inference mismatch: rollout-correction weights and metrics (RECIPE section 5).
+"""Training-inference mismatch: rollout-correction weights and metrics (docs/recipe.md section 5).
 
 rho_t = pi_trainer(y_t) / pi_rollout(y_t) = exp(trainer_logp_t - rollout_logp_t), per response
-token; C = `threshold` >= 1. All weights are detached, `[B, T]`, 0 at masked positions.
+token; C = C_high = `threshold` >= 1, the cap or upper acceptance bound. The rejection modes keep
+ratios inside [1/C_low, C_high] (docs/recipe.md section 5), with C_low = `threshold_low` >= 1 (default C):
+IcePop's range is asymmetric ([0.5, 5]: C_low = 2, C_high = 5), because tokens the trainer finds
+far less likely than the engine did and tokens it finds far likelier are not equally harmful.
+All weights are detached, `[B, T]`, 0 at masked positions.
 Sequence products prod_t rho_t are formed in log space (sum of masked log-ratios), so a long
-sequence whose product overflows float32 still gets its correct capped or zero weight.
+sequence whose product overflows float32 still gets its correct capped or zero weight, and every
+exp goes through `exp_ratio` (log-ratio clamped at 20), so a token log-ratio of 94 gives a
+finite rho (a rejected token's weight is 0, never inf * 0 = NaN).
+Geo-MIS takes its own, much tighter thresholds (`RLAlgoConfig.geo_threshold`, ~1.001): a band on
+the per-token geometric mean that reuses seq-MIS's C = 2 allows a mean |log rho_t| of 0.69 and
+in practice rejects nothing (tests/test_rl_mismatch.py measures it).
 """
 
 import math
 
 import torch
 from torch import Tensor
+
+from passband.training.rl.logratio import MAX_LOG_RATIO, exp_ratio
 
 IMPORTANCE_MODES = ("none", "token_tis", "token_mis", "seq_tis", "seq_mis", "geo_mis")
 
@@ -22,44 +33,56 @@ def _log_ratios(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor) -> Ten
 
 
 def importance_weights(
-    trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor, mode: str = "seq_mis", threshold: float = 2.0
+    trainer_logp: Tensor,
+    rollout_logp: Tensor,
+    mask: Tensor,
+    mode: str = "seq_mis",
+    threshold: float = 2.0,
+    threshold_low: float | None = None,
 ) -> Tensor:
     """Per-token correction weights `[B, T]` (detached) for the policy loss's `weights`.
 
+    With C = C_high = `threshold` and C_low = `threshold_low` (None: C_low = C):
     none: 1 on response tokens.
     token_tis: min(rho_t, C).
-    token_mis: rho_t if 1/C <= rho_t <= C else 0 (IcePop-style token masking).
+    token_mis: rho_t if 1/C_low <= rho_t <= C_high else 0 (IcePop-style token masking).
     seq_tis: min(prod_t rho_t, C), one value per row.
     seq_mis: prod_t rho_t if it is <= C else 0, one value per row (the default, C=2).
     geo_mis: geometric-mean rejection (Geo-RS): a row is kept if exp(mean_t log rho_t) lies in
-      [1/C, C], else dropped. A kept row gets weight 1 on every response token: the full product
-      is what vanishes or explodes with length, which this mode exists to avoid, so it only
-      rejects and does not reweight.
+      [1/C_low, C_high], else dropped. A kept row gets weight 1 on every response token: the
+      full product is what vanishes or explodes with length, which this mode exists to avoid, so
+      it only rejects and does not reweight.
     """
     if mode not in IMPORTANCE_MODES:
         raise ValueError(f"unknown importance-weight mode {mode!r}; expected one of {IMPORTANCE_MODES}")
-    if mode != "none" and threshold < 1.0:
-        raise ValueError(f"importance-weight threshold C must be >= 1 (the range is [1/C, C]), got {threshold}")
+    if threshold_low is None:
+        threshold_low = threshold
+    if mode != "none" and min(threshold, threshold_low) < 1.0:
+        raise ValueError(
+            f"importance-weight thresholds must be >= 1 (the range is [1/C_low, C_high]), got "
+            f"C_high={threshold}, C_low={threshold_low}"
+        )
     is_response = (mask > 0).to(trainer_logp.dtype)
     log_rho = _log_ratios(trainer_logp, rollout_logp, mask)  # [B, T]
-    log_c = math.log(threshold) if mode != "none" else 0.0
     if mode == "none":
         return is_response
+    log_c, log_c_low = math.log(threshold), math.log(threshold_low)
     if mode == "token_tis":
-        return torch.exp(log_rho.clamp(max=log_c)) * is_response
+        return exp_ratio(log_rho.clamp(max=log_c)) * is_response
     if mode == "token_mis":
-        kept = log_rho.abs() <= log_c
-        return torch.exp(log_rho) * kept * is_response
+        kept = (log_rho >= -log_c_low) & (log_rho <= log_c)
+        return exp_ratio(log_rho) * kept * is_response
     seq_log_rho = log_rho.sum(dim=-1, keepdim=True)  # [B, 1], log prod_t rho_t
     if mode == "seq_tis":
-        return torch.exp(seq_log_rho.clamp(max=log_c)) * is_response
+        return exp_ratio(seq_log_rho.clamp(max=log_c)) * is_response
     if mode == "seq_mis":
         kept = seq_log_rho <= log_c
         # Clamp before exp so a rejected row is exp(log C) * 0, never inf * 0 = NaN.
-        return torch.exp(seq_log_rho.clamp(max=log_c)) * kept * is_response
+        return exp_ratio(seq_log_rho.clamp(max=log_c)) * kept * is_response
     # geo_mis
     num_tokens = is_response.sum(dim=-1, keepdim=True).clamp(min=1)
-    kept = (seq_log_rho / num_tokens).abs() <= log_c
+    geo_log_rho = seq_log_rho / num_tokens  # [B, 1], log of the geometric mean
+    kept = (geo_log_rho >= -log_c_low) & (geo_log_rho <= log_c)
     return kept * is_response
 
 
@@ -68,7 +91,7 @@ def mismatch_stats(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor, wei
     masked_seq_frac (sequences with response tokens whose weights are all 0), ratio_max and
     ratio_mean of rho_t over response tokens, and weight_mean over response tokens."""
     is_response = mask > 0
-    rho = torch.exp(_log_ratios(trainer_logp, rollout_logp, mask))[is_response]
+    rho = exp_ratio(_log_ratios(trainer_logp, rollout_logp, mask))[is_response]
     response_weights = weights.detach()[is_response]
     has_tokens = is_response.any(dim=-1)
     seq_dropped = ((weights.detach() == 0) | ~is_response).all(dim=-1) & has_tokens
@@ -86,12 +109,13 @@ def mismatch_stats(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor, wei
 def mismatch_kl(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor) -> float:
     """vllm_kl: mean over response tokens of exp(d) - d - 1, d = trainer_logp - rollout_logp.
 
-    Healthy values are ~1e-3 or below; spikes precede collapse (RECIPE section 5).
+    Healthy values are ~1e-3 or below; spikes precede collapse (docs/recipe.md section 5).
     """
     is_response = mask > 0
     d = _log_ratios(trainer_logp, rollout_logp, mask)[is_response]
     if d.numel() == 0:
         return 0.0
+    d = d.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # a finite metric even for a log-ratio of 94
     return float((torch.exp(d) - d - 1.0).mean())
 
 

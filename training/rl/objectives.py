@@ -8,13 +8,15 @@ tokens. Values at masked positions are never read (they may be -inf or NaN paddi
 import torch
 from torch import Tensor
 
+from passband.training.rl.logratio import exp_ratio
+
 AGGREGATIONS = ("token_mean", "seq_mean", "seq_sum")
 
 
 def masked_aggregate(
     per_token: Tensor, mask: Tensor, aggregation: str = "token_mean", max_tokens: int | None = None
 ) -> Tensor:
-    """Reduce a per-token loss `[B, T]` to a scalar; the choice sets the length bias (RECIPE 4).
+    """Reduce a per-token loss `[B, T]` to a scalar; the choice sets the length bias (docs/recipe.md section 4).
 
     - token_mean: sum over all response tokens of the batch / number of response tokens
       (long sequences weigh more, per token equally).
@@ -51,17 +53,19 @@ def policy_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str = "tok
     s_i * grad logp_t, so with seq_mean aggregation the gradient equals GSPO's
     s_i * (1/|y_i|) sum_t grad logp_t, and every token receives gradient.
     Masked positions carry no gradient (their value is 1 at token level, s_i at sequence level).
+    Log-ratios are clamped at MAX_LOG_RATIO before the exp (`exp_ratio`), so the ratio is
+    finite and a clipped or zero-advantage term never becomes inf * 0 = NaN.
     """
     is_response = mask > 0
     zeros = torch.zeros_like(logp)
     logp = torch.where(is_response, logp, zeros)
     log_ratio = logp - torch.where(is_response, old_logp, zeros)  # [B, T], 0 on padding
     if level == "token":
-        return torch.exp(log_ratio)
+        return exp_ratio(log_ratio)
     if level == "sequence":
         num_tokens = is_response.sum(dim=-1, keepdim=True).clamp(min=1)  # [B, 1]
         seq_log_ratio = log_ratio.sum(dim=-1, keepdim=True) / num_tokens  # [B, 1]
-        return torch.exp(seq_log_ratio.detach() + logp - logp.detach())
+        return exp_ratio(seq_log_ratio.detach()) * torch.exp(logp - logp.detach())
     raise ValueError(f"unknown level {level!r}; expected 'token' or 'sequence'")
 
 
@@ -87,9 +91,10 @@ def policy_loss(
 
     Which side clips: for A > 0 the objective stops rewarding r above 1 + clip_high ("high");
     for A < 0 it stops rewarding r below 1 - clip_low ("low"). Clipped tokens get no gradient.
-    Metrics (python floats): clip_frac_low, clip_frac_high (fractions of response tokens whose
-    term is clipped), ratio_mean, ratio_max, ratio_min (over response tokens for level="token",
-    over sequences with response tokens for level="sequence").
+    Metrics (python floats): clip_frac_low, clip_frac_high and their sum clip_frac (the fraction
+    of response tokens whose term is clipped for level="token"; of sequences with response
+    tokens for level="sequence", where the clip acts on the whole sequence), ratio_mean,
+    ratio_max, ratio_min (over response tokens, or over sequences for level="sequence").
     """
     if advantages.dim() == 1:
         advantages = advantages[:, None]  # [B, 1], broadcast over tokens
@@ -104,19 +109,23 @@ def policy_loss(
 
     with torch.no_grad():
         is_response = mask > 0
-        num_tokens = is_response.sum().clamp(min=1)
-        clipped_high = is_response & (advantages > 0) & (ratio > 1.0 + clip_high)
+        clipped_high = is_response & (advantages > 0) & (ratio > 1.0 + clip_high)  # [B, T]
         clipped_low = is_response & (advantages < 0) & (ratio < 1.0 - clip_low)
         if level == "sequence":
-            has_tokens = is_response.any(dim=-1)
+            # One ratio per sequence: count sequences, so an 8-token sequence is not 8 clips.
+            has_tokens = is_response.any(dim=-1)  # [B]
             ratio_values = ratio[:, 0][has_tokens]  # one value per sequence
+            clipped_high, clipped_low = clipped_high.any(dim=-1), clipped_low.any(dim=-1)  # [B]
+            count = has_tokens.sum().clamp(min=1)
         else:
             ratio_values = ratio[is_response]
+            count = is_response.sum().clamp(min=1)
         if ratio_values.numel() == 0:
             ratio_values = torch.ones(1, dtype=ratio.dtype)
         metrics = {
-            "clip_frac_low": (clipped_low.sum() / num_tokens).item(),
-            "clip_frac_high": (clipped_high.sum() / num_tokens).item(),
+            "clip_frac_low": (clipped_low.sum() / count).item(),
+            "clip_frac_high": (clipped_high.sum() / count).item(),
+            "clip_frac": ((clipped_low.sum() + clipped_high.sum()) / count).item(),
             "ratio_mean": ratio_values.mean().item(),
             "ratio_max": ratio_values.max().item(),
             "ratio_min": ratio_values.min().item(),

@@ -5,7 +5,7 @@ replacement inside an epoch; when a task's rows run out, the next epoch's permut
 The cursor's whole state is the number of prompts drawn so far from each task, so a checkpoint
 that stores those counts resumes exactly where the run stopped: no prompt replayed, none skipped.
 
-Mixing (RECIPE 4, multi-task batches): each of an iteration's P slots goes to the task furthest
+Mixing (docs/recipe.md section 4, multi-task batches): each of an iteration's P slots goes to the task furthest
 behind its weight's share of all prompts drawn so far (smooth weighted round robin). Every batch
 then mixes the tasks in proportion to their weights, and the long-run shares match the weights
 to within one prompt, with no randomness to store.

@@ -1,4 +1,4 @@
-"""Per-task rollout metrics of one batch (RECIPE 4: tasks differ a lot, so watch each one).
+"""Per-task rollout metrics of one batch (docs/recipe.md section 4: tasks differ a lot, so watch each one).
 
 Conventions, stated once:
 - reward: mean over ALL rows with an invalid (unparsable/truncated) row counted as 0, the score

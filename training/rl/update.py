@@ -1,24 +1,22 @@
 """One RL update: S optimizer steps of the clipped surrogate on a fixed batch of scored rollouts.
 
-Called by the flow between rollouts and weight sync (RECIPE 4-7). Order of work:
-1. A no-grad pass of the trainer over the valid rows: log-probs at theta_k (the vllm_kl metric,
-   trainer perplexity, the rollout-correction weights, and pi_old when behaviour_policy is
-   'trainer') and token entropy from the same forward's hidden states. The reference model's
-   log-probs too when KL is on.
-2. Advantages per group from the rewards (minus the k1 penalty when KL is in the reward).
-3. S inner steps over the FIXED batch (advantages, pi_old and weights stay those of theta_k);
-   each step accumulates micro-batch gradients and takes one optimizer step.
+Called by the flow between rollouts and weight sync (docs/recipe.md section 4-7). Order of work:
+1. No-grad passes of the trainer over every row with response tokens: log-probs at theta_k (the
+   vllm_kl metrics, trainer perplexity, the rollout-correction weights, and pi_old when
+   behaviour_policy is 'trainer') and token entropy from the same forward's hidden states.
+   Invalid rows are scored too, only for `vllm_kl_all` (truncated outputs are where the mismatch
+   grows); they never get gradient. The reference model's log-probs too when KL is on.
+2. Advantages per group from the rewards (minus the group-centred k1 penalty when KL is in the
+   reward, not scaled by the reward std).
+3. Everything algorithm-specific is computed once into a `training.rl.loss.LossInputs`
+   (advantages, pi_old, correction x Clip-Cov weights, the KL loss's reference/behaviour
+   log-probs and keep factor, KL-Cov's selection) and `LossSettings` (`_loss_inputs`).
+4. S inner steps over the FIXED inputs; each accumulates micro-batch gradients of
+   `compute_loss` (each micro-batch's share of the full-batch loss, see training/rl/loss.py)
+   and takes one optimizer step. The loop has no algorithm branches.
 
-Micro-batching: the loss of a micro-batch is the aggregation over its own rows, so it is scaled
-by (its count / the full batch's count) before backward, where the count is response tokens
-for token_mean and sequences with response tokens for seq_mean/seq_sum (the denominators of
-`masked_aggregate`). The sum over micro-batches is then exactly the full-batch loss: for
-token_mean, sum_mb (S_mb / N_mb) * (N_mb / N) = sum_mb S_mb / N, whereas an unscaled mean of
-micro-batch token means would weigh a short micro-batch's tokens more. Counts are taken from the
-training mask (valid rows of kept groups), so rows left out never enter a denominator.
-
-Invalid rows (unparsable/truncated) are never forwarded: they get no gradient and enter no
-metric that the trainer computes (vllm_kl, entropy, perplexity are over valid rows only).
+Invalid rows (unparsable/truncated) are never trained on: their mask is 0 in `LossInputs`, and
+entropy, perplexity, vllm_kl and the correction are over valid rows only.
 
 Memory: every pass goes micro-batch by micro-batch through `response_logprobs` (chunked LM
 head), and entropy through `entropy_from_hidden` (chunked): no [tokens, vocab] logits exist for
@@ -29,7 +27,6 @@ log-probs at theta_k to be deterministic); this module does not change train/eva
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -38,14 +35,14 @@ from passband.training.logprobs import pad_rows, response_logprobs
 from passband.training.rl.advantages import group_advantages, zero_variance_groups
 from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.covariance import clip_cov_keep_mask, token_covariance
+from passband.training.rl.covariance import clip_cov_keep_mask, kl_cov_selection
 from passband.training.rl.entropy import entropy_from_hidden
-from passband.training.rl.kl import kl_loss, kl_reward_penalty
+from passband.training.rl.kl import kl_reward_penalty
+from passband.training.rl.loss import LossInputs, LossSettings, compute_loss, loss_settings
 from passband.training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
-from passband.training.rl.objectives import masked_aggregate, policy_loss
 from passband.training.rl.rollout_metrics import rollout_metrics
 
-__all__ = ["RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
+__all__ = ["LossInputs", "RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 
 
 def build_optimizer(model: torch.nn.Module, cfg: RLAlgoConfig) -> torch.optim.AdamW:
@@ -63,18 +60,27 @@ def advantages_with_kl(
     ref_logp: Tensor | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """(advantages `[B]`, the rewards they were computed from `[B]`).
+    """(advantages `[B]`, the KL-shaped rewards `[B]`: the verifier's rewards minus the penalty).
 
-    With KL in the reward (kl_coef > 0, placement 'reward') the rewards are first lowered by
-    kl_coef * sum over response tokens of (trainer_logp - ref_logp) (k1, detached), so a
-    sequence the policy made likelier than the reference did gets a lower advantage.
+    With KL in the reward (kl_coef > 0, placement 'reward') the penalty is
+    p_i = kl_coef * sum over response tokens of (trainer_logp - ref_logp) (k1, detached), and
+      A_i = group_advantages(r)_i - (p_i - mean_group(p)),
+    the verifier's advantage (std-scaled if cfg.scale_by_std) minus the group-centred penalty,
+    NOT divided by the group's reward std: dividing r - p by std(r - p) would rescale the KL
+    coefficient by a per-group factor (docs/recipe.md section 6), large in nearly-solved groups. The
+    centring is a baseline (E[grad log pi] = 0), so the expected gradient is still
+    kl_coef times the reverse-KL gradient. A sequence the policy made likelier than the
+    reference did than its group-mates gets a lower advantage.
     rewards: `[B]`, NaN allowed where `valid` is False; trainer_logp/ref_logp/mask: `[B, T]`.
     """
+    advantages = group_advantages(rewards, group_size, cfg.scale_by_std, cfg.eps, valid)
     if cfg.kl_coef > 0 and cfg.kl_placement == "reward":
         if trainer_logp is None or ref_logp is None or mask is None:
             raise ValueError("KL in the reward needs trainer_logp, ref_logp and mask")
-        rewards = rewards - kl_reward_penalty(trainer_logp, ref_logp, mask, cfg.kl_coef)
-    return group_advantages(rewards, group_size, cfg.scale_by_std, cfg.eps, valid), rewards
+        penalty = kl_reward_penalty(trainer_logp, ref_logp, mask, cfg.kl_coef)
+        advantages = advantages - group_advantages(penalty, group_size, scale_by_std=False, valid=valid)
+        rewards = rewards - penalty
+    return advantages, rewards
 
 
 def _micro_batches(rows: list[int], size: int) -> list[list[int]]:
@@ -123,101 +129,65 @@ def _scoring_pass(
     return logp, entropy
 
 
-def _kl_cov_selection(logp: Tensor, advantages: Tensor, mask: Tensor, fraction: float) -> Tensor:
-    """0/1 `[B, T]`: KL-Cov's top max(1, int(fraction * N)) response tokens by covariance.
+def _loss_inputs(
+    cfg: RLAlgoConfig, mask: Tensor, advantages: Tensor, trainer_logp: Tensor, engine_logp: Tensor,
+    correction: Tensor, ref_logp: Tensor | None, generator: torch.Generator | None,
+) -> LossInputs:
+    """Everything algorithm-specific, decided once at theta_k (all `[B, T]` but advantages `[B]`).
 
-    Chosen once per outer iteration over the WHOLE batch at theta_k (the centring of the
-    covariance is batch-wide, so a per-micro-batch choice would depend on micro_batch_size).
+    mask: the training mask (valid rows of kept groups); correction: `importance_weights` at theta_k.
     """
-    num_tokens = int((mask > 0).sum())
-    num_selected = 0 if fraction == 0.0 or num_tokens == 0 else max(1, int(fraction * num_tokens))
-    cov = torch.where(mask > 0, token_covariance(logp, advantages, mask), torch.full_like(logp, -torch.inf))
-    selected = torch.zeros(logp.numel(), device=logp.device)
-    selected[torch.topk(cov.reshape(-1), num_selected).indices] = 1.0
-    return selected.reshape(logp.shape)
-
-
-@dataclass
-class _FixedBatch:
-    """Everything the inner steps hold fixed, as `[B, T]` / `[B]` tensors on the model's device."""
-
-    rows: list[int]
-    """Rows trained on: valid, in a kept group, with at least one response token."""
-    mask: Tensor
-    """0/1 training mask: response tokens of `rows`, 0 elsewhere."""
-    advantages: Tensor
-    old_logp: Tensor
-    weights: Tensor
-    """Per-token loss weights: rollout correction times Clip-Cov's keep mask."""
-    ref_logp: Tensor | None
-    behaviour_logp: Tensor | None
-    """pi_behaviour of the KL loss's importance weight; None when on-policy."""
-    kl_cov_selected: Tensor | None
-    normalizer: float
-    """The full batch's aggregation count (tokens or sequences), see the module docstring."""
-
-
-def _aggregation_count(mask: Tensor, aggregation: str) -> float:
-    if aggregation == "token_mean":
-        return float((mask > 0).sum())
-    return float(((mask > 0).sum(dim=-1) > 0).sum())
-
-
-def _micro_batch_loss(model: torch.nn.Module, batch: RolloutBatch, fixed: _FixedBatch, chunk: list[int],
-                      cfg: RLAlgoConfig) -> tuple[Tensor, Tensor]:
-    """(scaled loss of one micro-batch, its log-probs `[mb, w]` detached)."""
-    out = response_logprobs(model, [batch.prompt_ids[i] for i in chunk], [batch.response_ids[i] for i in chunk],
-                            cfg.temperature, cfg.logprob_chunk_size)
-    index = torch.tensor(chunk, device=out.logp.device)
-    width = out.logp.shape[1]
-
-    def rows_of(full: Tensor) -> Tensor:
-        return full[index, :width]
-
-    mask = rows_of(fixed.mask)
-    loss, _ = policy_loss(
-        out.logp, rows_of(fixed.old_logp), fixed.advantages[index], mask, level=cfg.level, clip_low=cfg.clip_low,
-        clip_high=cfg.clip_high, aggregation=cfg.aggregation, weights=rows_of(fixed.weights), max_tokens=cfg.max_tokens,
+    old_logp = trainer_logp if cfg.behaviour_policy == "trainer" else engine_logp
+    keep = (correction > 0).to(correction.dtype)  # the correction's rejections, 0/1
+    # With the engine as pi_old the ratio pi_theta/pi_engine already contains rho, so reweighting
+    # by rho again would count the mismatch twice: only the correction's rejections apply.
+    weights = correction if cfg.behaviour_policy == "trainer" else keep
+    if cfg.cov_method == "clip_cov":
+        weights = weights * clip_cov_keep_mask(
+            trainer_logp, old_logp, advantages, mask, cfg.cov_fraction, cfg.cov_bounds[0], cfg.cov_bounds[1],
+            cfg.clip_low, cfg.clip_high, generator,
+        )
+    kl_in_loss = ref_logp is not None and cfg.kl_placement == "loss"
+    return LossInputs(
+        mask=mask, advantages=advantages, old_logp=old_logp, weights=weights,
+        num_tokens=float((mask > 0).sum()), num_sequences=float(((mask > 0).sum(dim=-1) > 0).sum()),
+        ref_logp=ref_logp if kl_in_loss else None,
+        # The engine drew the tokens, so a loss-form KL is off-policy even at S = 1 with no correction
+        # (docs/recipe.md section 6: any rollout/trainer mismatch); pi_theta/pi_engine is its weight, bounded by the
+        # correction (cap C, and 0 where the correction rejected), as the policy loss is.
+        behaviour_logp=engine_logp if kl_in_loss else None,
+        kl_keep=keep if kl_in_loss else None,
+        kl_cov_selected=kl_cov_selection(trainer_logp, advantages, mask, cfg.cov_fraction)
+        if cfg.cov_method == "kl_cov" else None,
     )
-    if fixed.ref_logp is not None and cfg.kl_placement == "loss":
-        behaviour = None if fixed.behaviour_logp is None else rows_of(fixed.behaviour_logp)
-        loss = loss + kl_loss(out.logp, rows_of(fixed.ref_logp), mask, cfg.kl_coef, cfg.kl_estimator, behaviour,
-                              cfg.aggregation, cfg.max_tokens)
-    if fixed.kl_cov_selected is not None:
-        log_ratio = torch.where(mask > 0, out.logp - rows_of(fixed.old_logp), torch.zeros_like(out.logp))
-        penalty = cfg.kl_cov_coef * log_ratio.abs() * rows_of(fixed.kl_cov_selected)
-        loss = loss + masked_aggregate(penalty, mask, cfg.aggregation, cfg.max_tokens)
-    scale = _aggregation_count(mask, cfg.aggregation) / fixed.normalizer
-    return loss * scale, out.logp.detach()
 
 
-def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, fixed: _FixedBatch,
-                cfg: RLAlgoConfig) -> dict[str, float]:
-    """One optimizer step on the fixed batch; returns its loss, grad norm and policy-loss metrics."""
+def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, rows: list[int],
+                inputs: LossInputs, settings: LossSettings, cfg: RLAlgoConfig) -> dict[str, float]:
+    """One optimizer step on the fixed batch; returns its loss, grad norm and loss metrics."""
     optimizer.zero_grad(set_to_none=True)
-    step_logp = torch.zeros_like(fixed.old_logp)  # [B, T] at this step's theta, for the metrics
-    total_loss = 0.0
-    for chunk in _micro_batches(fixed.rows, cfg.micro_batch_size):
-        loss, logp = _micro_batch_loss(model, batch, fixed, chunk, cfg)
-        loss.backward()
-        total_loss += loss.item()
-        step_logp[torch.tensor(chunk, device=logp.device), : logp.shape[1]] = logp
+    step_logp = torch.zeros_like(inputs.old_logp)  # [B, T] at this step's theta, for the metrics
+    for chunk in _micro_batches(rows, cfg.micro_batch_size):
+        out = response_logprobs(model, [batch.prompt_ids[i] for i in chunk], [batch.response_ids[i] for i in chunk],
+                                cfg.temperature, cfg.logprob_chunk_size)
+        index = torch.tensor(chunk, device=out.logp.device)
+        compute_loss(out.logp, inputs.rows(index, out.logp.shape[1]), settings).loss.backward()
+        step_logp[index, : out.logp.shape[1]] = out.logp.detach()
     params = [p for group in optimizer.param_groups for p in group["params"]]
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     optimizer.step()
+    # The whole batch at once (no gradient): its loss is the sum of the micro-batch shares, and
+    # the clip/ratio fractions are over the batch, not over the last micro-batch.
     with torch.no_grad():
-        _, metrics = policy_loss(
-            step_logp, fixed.old_logp, fixed.advantages, fixed.mask, level=cfg.level, clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high, aggregation=cfg.aggregation, weights=fixed.weights, max_tokens=cfg.max_tokens,
-        )
-    return {"loss": total_loss, "grad_norm": grad_norm, **metrics}
+        full = compute_loss(step_logp, inputs, settings)
+    return {"loss": full.loss.item(), "grad_norm": grad_norm, **full.metrics}
 
 
 def _summarize_steps(steps: list[dict[str, float]]) -> dict[str, float]:
     """Last-step values under the plain names, means over steps as `_mean`; ratio extremes over all steps."""
     summary = {name: value for name, value in steps[-1].items()}
-    for name in ("loss", "grad_norm", "clip_frac_low", "clip_frac_high", "ratio_mean"):
+    for name in ("loss", "grad_norm", "clip_frac_low", "clip_frac_high", "clip_frac", "ratio_mean"):
         summary[f"{name}_mean"] = sum(step[name] for step in steps) / len(steps)
     summary["ratio_max"] = max(step["ratio_max"] for step in steps)
     summary["ratio_min"] = min(step["ratio_min"] for step in steps)
@@ -236,12 +206,15 @@ def rl_update(
 
     ref_model: the frozen reference policy, required when cfg.kl_coef > 0. generator: seeds
     Clip-Cov's random choice. Returns python floats: the per-task rollout metrics of
-    `rollout_metrics`; vllm_kl, trainer_ppl, entropy (nats, mean over valid response tokens),
-    mismatch_* (`mismatch_stats` of the correction); zero_variance_group_frac, advantages_std,
-    num_dropped_groups, num_train_sequences, num_train_tokens; per inner step, the last step's
-    loss, grad_norm (before clipping), clip_frac_low/high, ratio_mean, with `_mean` over steps,
-    and ratio_max/min over steps; lr, train_tokens_per_s, seconds; skipped = 1.0 when no step
-    was taken (vllm_kl above cfg.max_vllm_kl, or no response token to train on).
+    `rollout_metrics`; vllm_kl (valid rows), vllm_kl_all (every row with response tokens:
+    truncated and unparsable outputs are where the mismatch grows), trainer_ppl, entropy (nats,
+    mean over valid response tokens), mismatch_* (`mismatch_stats` of the correction);
+    zero_variance_group_frac, advantages_std, num_dropped_groups, num_train_sequences,
+    num_train_tokens; per inner step, the last step's loss, policy_loss, kl_loss / kl_cov_loss
+    (when those terms exist), grad_norm (before clipping), clip_frac_low/high and clip_frac
+    (per token, or per sequence at level 'sequence'), ratio_mean, with `_mean` over steps, and
+    ratio_max/min over steps; lr, train_tokens_per_s, seconds; skipped = 1.0 when no step was
+    taken (vllm_kl above cfg.max_vllm_kl, or no response token to train on).
     """
     start = time.perf_counter()
     if cfg.kl_coef > 0 and ref_model is None:
@@ -250,16 +223,25 @@ def rl_update(
     device = model.lm_head.weight.device
     engine_logp, response_mask = (t.to(device) for t in pad_rows(batch.engine_logp, torch.float32))
     width = response_mask.shape[1]
-    valid_rows = [i for i in range(batch.num_rows) if batch.valid[i] and batch.response_ids[i]]
+    scored_rows = [i for i in range(batch.num_rows) if batch.response_ids[i]]
+    valid_rows = [i for i in scored_rows if batch.valid[i]]
     valid = torch.tensor(batch.valid, dtype=torch.bool, device=device)
     valid_mask = response_mask * valid[:, None]  # [B, T] response tokens of valid rows
 
-    # 1. theta_k's view of the batch (no grad).
+    # 1. theta_k's view of the batch (no grad), over EVERY row with response tokens: invalid rows
+    # get no gradient, but their mismatch is measured (vllm_kl_all). They are scored in a pass of
+    # their own so the valid rows are chunked as in the inner steps: the first step's log-probs
+    # then equal pi_old bit for bit (KL-Cov's |logp - old_logp| has a sign(float noise) gradient
+    # at 0 otherwise, and micro-batch invariance would depend on where invalid rows sit).
     trainer_logp, entropy = _scoring_pass(model, batch, valid_rows, width, cfg, with_entropy=True)
+    invalid_rows = [i for i in scored_rows if not batch.valid[i]]
+    trainer_logp = trainer_logp + _scoring_pass(model, batch, invalid_rows, width, cfg, with_entropy=False)[0]
     num_valid_tokens = valid_mask.sum().clamp(min=1)
-    correction = importance_weights(trainer_logp, engine_logp, valid_mask, cfg.correction, cfg.correction_threshold)
+    threshold, threshold_low = cfg.correction_bounds()
+    correction = importance_weights(trainer_logp, engine_logp, valid_mask, cfg.correction, threshold, threshold_low)
     metrics.update({
         "vllm_kl": mismatch_kl(trainer_logp, engine_logp, valid_mask),
+        "vllm_kl_all": mismatch_kl(trainer_logp, engine_logp, response_mask),
         "trainer_ppl": response_perplexity(trainer_logp, valid_mask),
         "entropy": float((entropy * valid_mask).sum() / num_valid_tokens),
         **{f"mismatch_{name}": value for name, value in mismatch_stats(trainer_logp, engine_logp, valid_mask, correction).items()},
@@ -297,28 +279,11 @@ def rl_update(
         metrics.update({"skipped": 1.0, "seconds": time.perf_counter() - start})
         return metrics
 
-    # 3. What the inner steps hold fixed.
-    old_logp = trainer_logp if cfg.behaviour_policy == "trainer" else engine_logp
-    # With the engine as pi_old the ratio pi_theta/pi_engine already contains rho, so reweighting
-    # by rho again would count the mismatch twice: only the correction's rejections apply.
-    weights = correction if cfg.behaviour_policy == "trainer" else (correction > 0).to(correction.dtype)
-    if cfg.cov_method == "clip_cov":
-        weights = weights * clip_cov_keep_mask(
-            trainer_logp, old_logp, advantages, train_mask, cfg.cov_fraction, cfg.cov_bounds[0], cfg.cov_bounds[1],
-            cfg.clip_low, cfg.clip_high, generator,
-        )
-    off_policy = cfg.num_inner_steps > 1 or cfg.correction != "none"
-    fixed = _FixedBatch(
-        rows=rows, mask=train_mask, advantages=advantages, old_logp=old_logp, weights=weights, ref_logp=ref_logp,
-        # The tokens were drawn by the engine: pi_theta/pi_engine is the KL loss's exact per-token weight.
-        behaviour_logp=engine_logp if off_policy else None,
-        kl_cov_selected=_kl_cov_selection(trainer_logp, advantages, train_mask, cfg.cov_fraction)
-        if cfg.cov_method == "kl_cov" else None,
-        normalizer=_aggregation_count(train_mask, cfg.aggregation),
-    )
-
+    # 3. Everything algorithm-specific, once; the inner steps only evaluate `compute_loss`.
+    inputs = _loss_inputs(cfg, train_mask, advantages, trainer_logp, engine_logp, correction, ref_logp, generator)
+    settings = loss_settings(cfg)
     train_start = time.perf_counter()
-    steps = [_inner_step(model, optimizer, batch, fixed, cfg) for _ in range(cfg.num_inner_steps)]
+    steps = [_inner_step(model, optimizer, batch, rows, inputs, settings, cfg) for _ in range(cfg.num_inner_steps)]
     train_seconds = time.perf_counter() - train_start
     num_forward_tokens = sum(len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in rows)
     metrics.update(_summarize_steps(steps))

@@ -1,0 +1,103 @@
+"""The RL trainer: the policy being trained, its optimizer, the frozen reference, and a typed state.
+
+`RLState` is what a checkpoint must carry besides weights, optimizer and RNG for a resumed run
+to continue exactly where it stopped: the iteration, the prompt cursor (prompts drawn per task,
+so no prompt is replayed or skipped), the best evaluation so far and the summary metrics. It is
+stored as trainer_state.json in the checkpoint directory (training/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from passband.training.rl.config import RLAlgoConfig
+
+
+@dataclass
+class BestCheckpoint:
+    """The best held-out evaluation so far and the checkpoint that scored it."""
+
+    metric: str
+    """The config's eval.best_metric, e.g. `mean/pass@1`."""
+    value: float
+    iteration: int
+    uri: str
+
+
+@dataclass
+class RLState:
+    """Everything of the RL loop's progress that is not a tensor."""
+
+    iteration: int = 0
+    """Outer iterations completed."""
+    consumed: dict[str, int] = field(default_factory=dict)
+    """Prompts drawn so far per task: the prompt cursor (training/rl/prompt_cursor.py)."""
+    prompt_ids: list[str] = field(default_factory=list)
+    """Problem ids of the last iteration's prompts (a resume test compares them)."""
+    best: BestCheckpoint | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The run's summary metrics so far (a resumed run's summary continues them)."""
+    entropy_reward: list[tuple[float, float]] = field(default_factory=list)
+    """(entropy, reward) per iteration: the history of the entropy-ceiling fit."""
+    stopped_early: bool = False
+    """The early-stop signal ended the run before num_iterations."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RLState":
+        best = data.get("best")
+        return cls(iteration=data["iteration"], consumed=dict(data["consumed"]), prompt_ids=list(data["prompt_ids"]),
+                   best=BestCheckpoint(**best) if best else None, metrics=dict(data["metrics"]),
+                   entropy_reward=[(h, r) for h, r in data.get("entropy_reward", [])],
+                   stopped_early=data.get("stopped_early", False))
+
+
+@dataclass
+class RLTrainer:
+    """The policy (fp32 master weights), its optimizer, the frozen reference and the loop's state."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    ref_model: torch.nn.Module | None
+    """The start model, frozen; loaded only when the config's kl_coef > 0."""
+    tokenizer: Any
+    weights_dir: Path
+    """Where the engine loads its first weights from (the start model or the resumed checkpoint)."""
+    state: RLState
+
+
+def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None = None) -> RLTrainer:
+    """A fresh trainer at `model_dir`, or one continued from the checkpoint directory `resume_dir`.
+
+    The reference model is always `model_dir`, the start of the run.
+    """
+    from passband.training.checkpoint import load_checkpoint, restore_rng_state
+    from passband.training.model_source import load_causal_lm, load_tokenizer
+    from passband.training.rl.update import build_optimizer
+
+    weights_dir = Path(resume_dir or model_dir)
+    # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
+    model = load_causal_lm(weights_dir).eval()
+    optimizer = build_optimizer(model, algo)
+    state = RLState(consumed={name: 0 for name in tasks})
+    if resume_dir is not None:
+        loaded = load_checkpoint(weights_dir)
+        optimizer.load_state_dict(loaded.optimizer_state)
+        restore_rng_state(loaded.rng_state)
+        state = RLState.from_json(loaded.trainer_state)
+    ref_model = load_causal_lm(Path(model_dir)).eval().requires_grad_(False) if algo.kl_coef > 0 else None
+    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state)
+
+
+def save_trainer(trainer: RLTrainer, out_dir: Path) -> Path:
+    """Write the trainer's checkpoint (weights, optimizer, RNG, RLState) into `out_dir`; its path."""
+    from passband.training.checkpoint import save_checkpoint
+
+    return save_checkpoint(out_dir, f"iter-{trainer.state.iteration:06d}", trainer.model, trainer.tokenizer,
+                           trainer.optimizer, trainer.state.to_json())
