@@ -66,8 +66,7 @@ def one_rank_group():
 
 def test_rank_gradients_add_up_to_the_step_gradient(one_rank_group):
     examples = _examples()  # rows of 20, 21, 12 tokens at max_length 24 -> 3 micro-batches of 24
-    args = dict(max_length=24, micro_batch_tokens=24, pad_id=PAD, device=torch.device("cpu"),
-                mask_dtype=torch.float32)
+    args = dict(max_length=24, micro_batch_tokens=24, pad_id=PAD, device=torch.device("cpu"))
     whole = tiny_llama(seed=4)
     whole_metrics = train_step(PackedLMLoss(whole, chunk_size=7), examples, **args)
     summed = {name: torch.zeros_like(p) for name, p in whole.named_parameters()}

@@ -43,7 +43,7 @@ def test_packed_step_matches_examples_run_alone(micro_batch_tokens):
     model.zero_grad()
     metrics = train_step(PackedLMLoss(model, chunk_size=7), examples, max_length=24,
                          micro_batch_tokens=micro_batch_tokens, pad_id=PAD,
-                         device=torch.device("cpu"), mask_dtype=torch.float32)
+                         device=torch.device("cpu"))
     assert metrics["loss"] == pytest.approx(ref_loss, rel=1e-5)
     assert metrics["num_loss_tokens"] == 7 + 4 + 11 + 3 + 5
     assert metrics["num_tokens"] == 53
@@ -58,6 +58,6 @@ def test_padding_fraction_by_hand():
     # 7 -> r2 (r0 27, r1 28); 5 -> r2 (r0 25, r1 26) -> rows of 20, 21, 12 tokens.
     # One micro-batch of 3 rows x 21 = 63 padded tokens, 10 of them padding.
     metrics = train_step(PackedLMLoss(model, chunk_size=64), examples, max_length=24, micro_batch_tokens=64,
-                         pad_id=PAD, device=torch.device("cpu"), mask_dtype=torch.float32)
+                         pad_id=PAD, device=torch.device("cpu"))
     assert metrics["num_rows"] == 3
     assert metrics["padding_fraction"] == pytest.approx((63 - 53) / 63)

@@ -10,7 +10,11 @@ On CUDA with `liger_kernel` installed, `chunked_lm_loss` uses Liger's fused line
 (the same idea in Triton, with the gradient computed during forward).
 
 Log-softmax is always computed in fp32 (the hidden states and head weight are upcast per chunk),
-which is also what the RL mismatch metric needs from `logprobs_of_tokens`.
+which is also what the RL mismatch metric needs from `logprobs_of_tokens`. Under bf16 autocast the
+chunk's head matmul is taken out of autocast too: bf16 keeps 8 bits of mantissa, so a logit near 20
+would be rounded by up to 0.06, and that error lands directly in log p (logsumexp is dominated by
+the largest logits); the loss, its gradient and the RL log-prob ratios would all carry it. The head
+is about a fifth of a 135M model's matmul FLOPs, the price of an exact-to-fp32 loss.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ DEFAULT_CHUNK_SIZE = 1024
 
 def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[C, H], [V, H], [C] -> [C] fp32 log p(target); the [C, V] logits live only inside this call."""
-    logits = hidden.float() @ weight.float().T  # [C, V] fp32
+    with torch.autocast(hidden.device.type, enabled=False):  # fp32 logits even under bf16 autocast
+        logits = hidden.float() @ weight.float().T  # [C, V] fp32
     target_logits = logits.gather(1, targets[:, None]).squeeze(1)
     return target_logits - torch.logsumexp(logits, dim=1)
 

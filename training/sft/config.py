@@ -34,6 +34,18 @@ class StageConfig(BaseModel):
     micro_batch_tokens: int = Field(gt=0, description="Padded tokens (rows x longest row) per forward/backward pass; bounds activation memory.")
     loss_chunk_size: int = Field(default=1024, gt=0, description="Tokens per chunk of the LM head + cross-entropy (memory O(chunk x vocab)).")
     grad_clip: float | None = Field(default=1.0, gt=0, description="Max global L2 norm of the gradient; None disables clipping (the norm is still logged).")
+    attention: Literal["auto", "varlen_sdpa", "flash_attention_2"] = Field(
+        default="auto",
+        description="Kernel that keeps packed documents apart without a [T, T] mask (training/sft/attention.py): "
+        "'flash_attention_2' (CUDA, flash-attn's varlen kernel), 'varlen_sdpa' (one causal SDPA per document, "
+        "any device); 'auto' takes flash_attention_2 on CUDA when flash_attn is installed, else varlen_sdpa.",
+    )
+    precision: Literal["auto", "fp32", "bf16_autocast"] = Field(
+        default="auto",
+        description="'bf16_autocast': forward matmuls in bf16, fp32 master weights, gradients and AdamW state, "
+        "fp32 loss; 'fp32': everything fp32; 'auto': bf16_autocast on CUDA and on CPUs with native bf16 "
+        "(measured faster there: scripts/bench_sft.py), else fp32.",
+    )
     activation_checkpointing: bool = Field(default=False, description="Recompute each decoder layer in backward instead of storing its activations.")
     checkpoint_every: int = Field(default=0, ge=0, description="Save a checkpoint every this many steps (0: only at the stage end).")
     seed: int = Field(default=0, description="Seeds the data order (one permutation per epoch) and torch/python/numpy RNGs.")

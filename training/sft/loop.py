@@ -38,7 +38,9 @@ from passband.training.sft.distributed import (
     world_size,
 )
 from passband.training.sft.model_loss import PackedLMLoss
-from passband.training.sft.packing import SFTExample, block_causal_mask, collate_packed, group_micro_batches, pack_first_fit_decreasing
+from passband.training.sft.attention import resolve_attention
+from passband.training.sft.packing import SFTExample, collate_packed, group_micro_batches, pack_first_fit_decreasing
+from passband.training.sft.precision import resolve_precision
 from passband.training.sft.sampler import SamplerState, StepSampler, count_steps
 from passband.training.sft.schedule import lr_at
 
@@ -94,7 +96,6 @@ def train_step(
     micro_batch_tokens: int,
     pad_id: int,
     device: torch.device,
-    mask_dtype: torch.dtype,
     num_ranks: int = 1,
     this_rank: int = 0,
 ) -> dict[str, float]:
@@ -113,9 +114,8 @@ def train_step(
     groups = group_micro_batches(row_lengths, micro_batch_tokens)
     for index, counts in rank_micro_batches(len(groups), num_ranks, this_rank):
         batch = collate_packed(examples, [rows[g] for g in groups[index]], pad_id)
-        attention_mask = block_causal_mask(batch.segment_ids.to(device), mask_dtype)
         micro_loss = loss_module(
-            batch.input_ids.to(device), attention_mask, batch.position_ids.to(device), batch.targets.to(device)
+            batch.input_ids.to(device), batch.position_ids.to(device), batch.targets.to(device), batch.cu_seqlens.to(device)
         )
         if not counts:  # a rank's padding pass: same collectives as the others, zero gradient
             (micro_loss * 0.0).backward()
@@ -176,9 +176,13 @@ def train_stage(
     if cfg.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    loss_module = shard_for_training(PackedLMLoss(model, cfg.loss_chunk_size))
+    previous_attention = model.config._attn_implementation  # restored at the end: eval/generation need masks
+    # Where the forward will run: FSDP2 moves every rank's shard to CUDA when there is one.
+    run_on = torch.device("cuda") if num_ranks > 1 and torch.cuda.is_available() else next(model.parameters()).device
+    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on),
+                               resolve_precision(cfg.precision, run_on))
+    loss_module = shard_for_training(loss_module)
     device = next(model.parameters()).device  # after sharding, which moves it to the rank's device
-    mask_dtype = next(model.parameters()).dtype
     # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     step, sampler_state = 0, SamplerState()
@@ -200,7 +204,7 @@ def train_stage(
             group["lr"] = lr
         step_examples = [examples[i] for i in sampler.next_step()]
         metrics = train_step(loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, pad_id, device,
-                             mask_dtype, num_ranks, this_rank)
+                             num_ranks, this_rank)
         max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         if num_ranks > 1:  # the norm of sharded gradients is a replicated DTensor
@@ -241,6 +245,7 @@ def train_stage(
                 on_checkpoint(last_checkpoint, step)
             if num_ranks > 1:  # rank 0 has written (and committed) it before any rank returns its path
                 torch.distributed.barrier()
+    model.set_attn_implementation(previous_attention)
     if last_checkpoint is None:
         raise ValueError(f"stage {cfg.name!r} ran no steps and has no checkpoint (total_steps={total_steps})")
     return TrainResult(last_checkpoint=last_checkpoint, num_steps=step, last_metrics=metrics)

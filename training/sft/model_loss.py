@@ -4,36 +4,64 @@ The decoder runs to its final hidden states (`lm.base_model`), and the head is a
 chunk inside `chunked_lm_loss`, so [tokens, vocab] logits are never materialized. Wrapping both in
 one nn.Module matters under FSDP2: the root's hooks unshard the embeddings/norm/head (tied) for
 the whole forward, including the loss, and reduce their gradients after backward.
+
+A packed micro-batch [B, T] is flattened to one row [1, B*T]: its documents (and each row's
+padding tail) are delimited by `cu_seqlens`, the attention kernel (training/sft/attention.py)
+keeps every document to itself, and position ids restart per document, so each token sees exactly
+what it would see alone; the per-token loss does not care which row a token came from.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from passband.training.sft.attention import VARLEN_SDPA
 from passband.training.sft.chunked_loss import chunked_lm_loss
+from passband.training.sft.precision import autocast_for
 
 
 class PackedLMLoss(torch.nn.Module):
-    """forward(input_ids [B,T], attention_mask [B,1,T,T], position_ids [B,T], targets [B,T]) -> summed loss."""
+    """forward(input_ids [B,T], position_ids [B,T], targets [B,T], cu_seqlens [S+1]) -> summed loss (fp32).
 
-    def __init__(self, lm: Any, chunk_size: int):
+    Sets `lm`'s attention implementation to `attn_implementation`, a document-isolating kernel
+    (`attention.resolve_attention` picks it: VARLEN_SDPA or "flash_attention_2").
+    """
+
+    def __init__(
+        self,
+        lm: Any,
+        chunk_size: int,
+        attn_implementation: str = VARLEN_SDPA,
+        precision: Literal["fp32", "bf16_autocast"] = "fp32",
+    ):
         super().__init__()
         self.lm = lm
         self.chunk_size = chunk_size
+        self.precision = precision
+        lm.set_attn_implementation(attn_implementation)
 
     def forward(
         self,
         input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
         position_ids: torch.Tensor,
         targets: torch.Tensor,
+        cu_seqlens: torch.Tensor,
     ) -> torch.Tensor:
-        hidden = self.lm.base_model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state  # [B, T, H]
-        head_weight = self.lm.get_output_embeddings().weight  # [V, H]
-        return chunked_lm_loss(
-            hidden.flatten(0, 1), head_weight, targets.flatten(), chunk_size=self.chunk_size, reduction="sum"
-        )
+        max_length = int(cu_seqlens.diff().max())
+        with autocast_for(self.precision, input_ids.device):
+            hidden = self.lm.base_model(
+                input_ids=input_ids.view(1, -1),
+                position_ids=position_ids.view(1, -1),
+                use_cache=False,
+                # varlen kwargs, read by flash_attention_2 and by varlen_sdpa
+                cu_seq_lens_q=cu_seqlens,
+                cu_seq_lens_k=cu_seqlens,
+                max_length_q=max_length,
+                max_length_k=max_length,
+            ).last_hidden_state  # [1, B*T, H]
+            head_weight = self.lm.get_output_embeddings().weight  # [V, H]
+            return chunked_lm_loss(
+                hidden[0], head_weight, targets.flatten(), chunk_size=self.chunk_size, reduction="sum"
+            )

@@ -1,12 +1,12 @@
 """Sequence packing for SFT: several examples per row, with attention kept inside each example.
 
 Rows are filled first-fit-decreasing (deterministic: ties broken by example index). Each packed row
-carries position ids that restart at 0 for every example (so RoPE sees each example as if alone)
-and a segment id per token; `block_causal_mask` turns the segment ids into the [B, 1, T, T]
-additive mask that the HF Llama model uses as-is (transformers >= 4.56 returns a 4D
-`attention_mask` untouched from `masking_utils.create_causal_mask`, for sdpa and eager alike), so
-no token attends across examples even without flash-attention's varlen kernels. `cu_seqlens` is
-also returned for kernels that want it.
+carries position ids that restart at 0 for every example (so RoPE sees each example as if alone),
+a segment id per token, and `cu_seqlens`, the example boundaries over the flattened [B*T] tokens
+(each row's padding tail is one more segment). Training keeps every example to itself with a
+varlen attention kernel fed `cu_seqlens` (training/sft/attention.py), in memory linear in T.
+`block_causal_mask` builds the equivalent dense [B, 1, T, T] additive mask (4 GB per 32K row in
+fp32); it is kept only as the reference the tests compare the varlen path against.
 
 Targets are next-token targets already shifted *within each example*: targets[t] is the token at
 t+1 of the same example when that token is in the loss mask, else -100. The last token of an

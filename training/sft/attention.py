@@ -1,0 +1,77 @@
+"""Document-isolated attention for packed rows, without a [T, T] mask.
+
+A packed micro-batch is flattened to one row of B*T tokens whose documents (and padding tails) are
+given by `cu_seqlens` (training/sft/packing.py). Two kernels keep each document to itself:
+
+- "flash_attention_2" (CUDA with `flash_attn` installed): transformers' own varlen path, which
+  takes `cu_seq_lens_q/k` and `max_length_q/k` as forward kwargs and calls `flash_attn_varlen_func`.
+- "varlen_sdpa" (anywhere): `varlen_sdpa_attention` below, registered with transformers'
+  AttentionInterface: one causal `scaled_dot_product_attention` per document. With `is_causal=True`
+  and no mask, SDPA runs its flash kernel (CPU and CUDA alike), whose memory is O(T * head_dim), so
+  the whole call is linear in the pack length; the cost is one kernel launch per document per layer.
+
+Why not flex attention on CPU: in torch 2.13 `flex_attention` raises "FlexAttention does not support
+backward on CPU", so it cannot train there; on CUDA flash-attn's varlen kernel is the better choice.
+
+The dense [B, 1, T, T] mask (`packing.block_causal_mask`) stays only as the tests' reference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+AttentionSetting = Literal["auto", "varlen_sdpa", "flash_attention_2"]
+VARLEN_SDPA = "passband_varlen_sdpa"  # the name registered with transformers' AttentionInterface
+
+
+def varlen_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Causal attention within each document of one flattened row.
+
+    query: [1, H, N, D]; key, value: [1, Hkv, N, D] (Hkv divides H: grouped-query attention);
+    cu_seq_lens_q: [num_docs + 1] int32 document boundaries over the N tokens. Returns the
+    transformers attention contract: output [1, N, H, D] and no attention weights.
+    """
+    if cu_seq_lens_q is None or attention_mask is not None or query.shape[0] != 1:
+        raise ValueError(
+            f"{VARLEN_SDPA} serves packed training only: one flattened row, no attention_mask, and "
+            "cu_seq_lens_q (see training/sft/model_loss.py); use attn_implementation='sdpa' elsewhere"
+        )
+    lengths = cu_seq_lens_q.diff().tolist()
+    pieces = [
+        # split (not slicing) so backward concatenates the pieces' gradients instead of adding
+        # one zero-padded [1, H, N, D] gradient per document.
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, dropout_p=dropout, enable_gqa=True)
+        for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
+    ]
+    return torch.cat(pieces, dim=2).transpose(1, 2), None  # [1, N, H, D]
+
+
+AttentionInterface.register(VARLEN_SDPA, varlen_sdpa_attention)
+
+
+def resolve_attention(setting: AttentionSetting, device: torch.device) -> str:
+    """The transformers attn_implementation for `setting` on `device`.
+
+    "auto": flash-attn's varlen kernel on CUDA when `flash_attn` is installed, else varlen_sdpa.
+    """
+    if setting == "auto":
+        flash = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+        return "flash_attention_2" if flash else VARLEN_SDPA
+    if setting == "flash_attention_2" and device.type != "cuda":
+        raise ValueError(f"attention='flash_attention_2' needs a CUDA device, got {device}; use 'auto' or 'varlen_sdpa'")
+    return "flash_attention_2" if setting == "flash_attention_2" else VARLEN_SDPA

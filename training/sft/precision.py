@@ -1,0 +1,33 @@
+"""Mixed precision for SFT: bf16 autocast over fp32 master weights.
+
+Parameters, gradients and AdamW moments stay fp32; inside `autocast_for` the matmuls (linear
+layers, attention) run in bf16, which halves their memory traffic and uses the bf16 units (CUDA
+tensor cores; AVX512-BF16/AMX on CPU). Backward runs outside the context, as torch prescribes:
+autograd replays each op in the dtype its forward used. The LM head and log-softmax are kept in
+fp32 by `chunked_loss` (see there), so the loss itself is not rounded to bf16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Literal
+
+import torch
+
+PrecisionSetting = Literal["auto", "fp32", "bf16_autocast"]
+
+
+def resolve_precision(setting: PrecisionSetting, device: torch.device) -> Literal["fp32", "bf16_autocast"]:
+    """"auto": bf16 autocast on CUDA and on CPUs with native bf16 matmul (oneDNN says so), else fp32."""
+    if setting != "auto":
+        return setting
+    if device.type == "cuda" or (device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return "bf16_autocast"
+    return "fp32"
+
+
+def autocast_for(precision: Literal["fp32", "bf16_autocast"], device: torch.device) -> contextlib.AbstractContextManager:
+    """The forward's context: bf16 autocast on `device`, or nothing for fp32."""
+    if precision == "bf16_autocast":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
