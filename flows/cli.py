@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -39,34 +41,103 @@ def main() -> None:
     """
 
 
-@main.command()
-@click.argument("flow_name", metavar="FLOW")
-@click.option("--preset", "-p", default=None, help="Preset name (flows/presets/FLOW/NAME.yaml), e.g. smoke, demo.")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="YAML file overriding the preset.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override one setting by dotted key, e.g. --set rl.steps=4 (repeatable).")
-def run(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...]) -> None:
-    """Run FLOW (sample, curate, sft, rl, evaluate, pipeline) on the configured stack."""
-    from passband.flows.config import ConfigError, resolve_config
-    from passband.flows.stack import prepare_environment, stdout_reserved_for_summary
+def config_options(command):
+    """FLOW and the options that choose its config, shared by `run` and `config` so both resolve alike."""
+    command = click.option(
+        "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+        help="Override one setting by dotted key, e.g. --set num_iterations=4 or --set algo.lr=1e-5 (repeatable).",
+    )(command)
+    command = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                           default=None, help="YAML file overriding the preset.")(command)
+    command = click.option("--preset", "-p", default=None,
+                           help="Preset name (flows/presets/FLOW/NAME.yaml), e.g. smoke, demo.")(command)
+    return click.argument("flow_name", metavar="FLOW")(command)
 
-    prepare_environment()
+
+def resolve(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...]):
+    """(flow function, resolved config): the one resolution `run` and `config` share."""
+    from passband.flows.config import ConfigError, resolve_config
+
     flow_fn, config_cls = load_flow(flow_name)
     try:
-        config = resolve_config(config_cls, flow_name, preset, config_file, list(overrides))
+        return flow_fn, resolve_config(config_cls, flow_name, preset, config_file, list(overrides))
     except ConfigError as err:
         raise click.UsageError(str(err)) from err
-    with stdout_reserved_for_summary() as summary_out:
+
+
+class HomeBusy(click.ClickException):
+    """Another `passband run` holds this PASSBAND_HOME."""
+
+    exit_code = 75  # EX_TEMPFAIL: a script may retry later, unlike a usage error (2) or a failed run (1)
+
+
+@main.command()
+@config_options
+@click.option("--wait", is_flag=True,
+              help="If another run holds this PASSBAND_HOME, wait for it instead of failing at once.")
+def run(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...],
+        wait: bool) -> None:
+    """Run FLOW (sample, curate, sft, rl, evaluate, pipeline) on the configured stack.
+
+    One run at a time per PASSBAND_HOME: a second one fails at once (exit 75) naming the holder,
+    or queues behind it with --wait. A failed run still prints its JSON line, with its MLflow run.
+    """
+    from passband.flows.stack import prepare_environment, stdout_reserved_for_summary
+    from passband.tasks.lock import LockHeld, home_lock
+
+    settings = prepare_environment()
+    flow_fn, config = resolve(flow_name, preset, config_file, overrides)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(home_lock(
+                settings.home, wait=wait,
+                on_wait=lambda holder: click.echo(f"waiting for {settings.home}: held by {holder}", err=True),
+            ))
+        except LockHeld as err:
+            raise HomeBusy(str(err)) from err
+        summary_out = held.enter_context(stdout_reserved_for_summary())
+        started_ms = int(time.time() * 1000)
         try:
             result = flow_fn(config=config)
             summary = result.model_dump()
         except Exception as err:
-            summary = {"flow": flow_name, "status": "failed", "mlflow_run_id": None, "outputs": {},
-                       "metrics": {}, "error": f"{type(err).__name__}: {err}"}
+            from passband.tasks.runs import failed_flow_run
+
+            summary = {"flow": flow_name, "status": "failed", "mlflow_run_id": failed_flow_run(started_ms, settings),
+                       "outputs": {}, "metrics": {}, "error": f"{type(err).__name__}: {err}"}
             summary_out.write(json.dumps(summary) + "\n")
             raise SystemExit(1) from err
         summary_out.write(json.dumps(summary) + "\n")
+
+
+@main.command("config")
+@config_options
+@click.option("--schema", is_flag=True, help="Print FLOW's config JSON schema (field docs as descriptions) instead.")
+def config_command(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...],
+                   schema: bool) -> None:
+    """Print the config `passband run FLOW` would run with the same options, as YAML.
+
+    Save it, edit it and pass it back with `passband run FLOW --config FILE`.
+    """
+    from passband.flows.config_cmd import render_config, render_schema
+
+    if schema:
+        click.echo(render_schema(load_flow(flow_name)[1]), nl=False)
+        click.echo()
+        return
+    click.echo(render_config(resolve(flow_name, preset, config_file, overrides)[1]), nl=False)
+
+
+@main.command()
+@click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(min=1), help="How many runs.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
+def runs(limit: int, as_json: bool) -> None:
+    """List the experiment's most recent MLflow runs (reads only; stages show as FLOW/STAGE)."""
+    from passband.flows.runs_cmd import render_json, render_table
+    from passband.tasks.runs import recent_runs
+
+    rows = recent_runs(limit)
+    click.echo(render_json(rows) if as_json else render_table(rows))
 
 
 @main.command()
@@ -97,18 +168,20 @@ def doctor() -> None:
 
 
 @main.command()
-@click.option("--task", "task_name", type=click.Choice(["math", "code", "ifeval"]), required=True)
+@click.option("--task", "task_name", required=True, help="A catalog task: math, code, ifeval, structured, ...")
 @click.argument("input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @click.option("--rule", default=None, help="Math answer extraction: boxed, last_number or answer_tag.")
 @click.option("--mode", default=None, help="IFEval mode: strict or loose.")
 def verify(task_name: str, input_path: Path, output_path: Path, rule: str | None, mode: str | None) -> None:
     """Verify a JSONL file of {id, completion, reference} rows; write them back with score/status/detail."""
-    from passband.flows.verify_cmd import verify_file
+    from passband.flows.verify_cmd import exit_status, verify_file
 
     settings = {k: v for k, v in {"rule": rule, "mode": mode}.items() if v is not None}
     counts = verify_file(task_name, input_path, output_path, **settings)
     click.echo(" ".join(f"{status}={count}" for status, count in counts.items()), err=True)
+    # A file with quarantined rows exits non-zero, so a script cannot mistake it for a clean run.
+    sys.exit(exit_status(counts))
 
 
 @main.command()

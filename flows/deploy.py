@@ -86,6 +86,8 @@ def resolve_deployment(entry: dict[str, Any], index: int) -> Deployment:
         schedules=[schedule_from_entry(s, where) for s in entry.get("schedules", [])],
         job_variables=entry["work_pool"].get("job_variables") or {},
         parameters=preset_parameters(flow, entry.get("config_preset"), where),
+        # Two runs of one deployment would each open an engine on the same box: queue, not crash.
+        concurrency_limit=entry.get("concurrency_limit"),
     )
     # relative to the pull step's directory, on the worker's disk or in its image
     runner.entrypoint = entry["entrypoint"]
@@ -129,8 +131,9 @@ def working_directory(pull_steps: list[dict[str, Any]], where: str) -> str:
 
 
 def ensure_work_pools(pools: list[dict[str, Any]], base_dir: Path) -> None:
-    """Create each pool that does not exist; keep existing ones except for a GPU pool's template,
-    which the file owns (so edits to k8s-gpu-job-template.json take effect on the next deploy).
+    """Create each pool that does not exist; keep existing ones except for what the file owns: a
+    GPU pool's template (edits to k8s-gpu-job-template.json take effect on the next deploy) and
+    every pool's concurrency limit.
 
     Creating a Kubernetes pool needs only the server; the worker that runs its jobs on the
     cluster needs `pip install 'passband[k8s]'` (prefect-kubernetes)."""
@@ -147,10 +150,11 @@ def ensure_work_pools(pools: list[dict[str, Any]], base_dir: Path) -> None:
             except ObjectNotFound:
                 client.create_work_pool(WorkPoolCreate(
                     name=pool["name"], type=pool["type"], description=pool.get("description"),
-                    base_job_template=template or default_job_template(pool)))
+                    base_job_template=template or default_job_template(pool),
+                    concurrency_limit=pool.get("concurrency_limit")))
                 continue
-            if template:
-                client.update_work_pool(pool["name"], WorkPoolUpdate(base_job_template=template))
+            client.update_work_pool(pool["name"], WorkPoolUpdate(
+                concurrency_limit=pool.get("concurrency_limit"), **({"base_job_template": template} if template else {})))
 
 
 def default_job_template(pool: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Stage-level caching: a flow run whose inputs, config and code version were seen before
-returns the stored summary instead of recomputing (RECIPE section 1: "a rerun with the same inputs
+returns the stored summary instead of recomputing (docs/recipe.md section 1: "a rerun with the same inputs
 and code reuses what was already computed").
 
-The key hashes the resolved config (which names every input by URI) and the code version; the
+The key hashes the resolved config (which names every input by URI), the code version and the
+versions of the third-party packages that change results (provenance.dependency_versions); the
 stored summary is an artifact like any other, committed manifest-last after the outputs, so a
 crashed run leaves no summary and is recomputed.
 """
@@ -14,15 +15,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from passband.tasks.provenance import code_version, config_hash
+from passband.tasks.provenance import code_version, config_hash, dependency_versions
 from passband.tasks.store import open_store
 
 SUMMARY_FILE = "summary.json"
 
 
 def stage_key(flow: str, config: dict[str, Any]) -> str:
-    """`stages/<flow>/<hash of config + code version>`."""
-    return f"stages/{flow}/{config_hash({'config': config, 'code_version': code_version()})[:24]}"
+    """`stages/<flow>/<hash of config + code version + dependency versions>`."""
+    payload = {"config": config, "code_version": code_version(), "dependencies": dependency_versions()}
+    return f"stages/{flow}/{config_hash(payload)[:24]}"
 
 
 def find_completed(flow: str, resolved: dict[str, Any],
@@ -47,5 +49,7 @@ def save_summary(key: str, flow: str, config: dict[str, Any], summary: dict[str,
     store = open_store()
     with tempfile.TemporaryDirectory(prefix="passband-summary-") as tmp:
         (Path(tmp) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
-        store.commit(key, Path(tmp), flow=flow, config=config, code_version=code_version())
+        # the versions go into the manifest too, so a reader sees what computed the summary
+        store.commit(key, Path(tmp), flow=flow, config=config, code_version=code_version(),
+                     extra={"dependencies": dependency_versions()})
     return store.uri(key)

