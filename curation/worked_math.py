@@ -1,6 +1,6 @@
 """Template-written worked solutions for procedural math problems, verified before use.
 
-The SFT flow's built-in data when no curated dataset is given (RECIPE section 10: the demo model
+The SFT flow's built-in data when no curated dataset is given (docs/recipe.md section 10: the demo model
 rarely writes \\boxed{}; SFT teaches the format first). Each problem comes from the math suite's
 makers (curation.suites.math_problems), whose answers are exact; the completion is a short
 reasoning line written from the problem's parameters, in the student's voice, ending in

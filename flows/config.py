@@ -33,14 +33,18 @@ def preset_names(flow: str) -> list[str]:
 
 
 def read_preset(flow: str, preset: str) -> dict[str, Any]:
-    """A preset's settings. `include: {section: other_flow/preset}` first places another flow's
+    """A preset's settings. `extends: flow/preset` starts from another preset of the same shape
+    (rl/recipe extends rl/demo); `include: {section: other_flow/preset}` places another flow's
     preset under `section` (the pipeline composes its stages' presets this way); the rest of
-    the file then overrides it."""
+    the file then overrides both."""
     path = PRESETS_DIR / flow / f"{preset}.yaml"
     if not path.is_file():
         raise ConfigError(f"flow '{flow}' has no preset '{preset}' (available: {', '.join(preset_names(flow))})")
     data = read_yaml(path)
     merged: dict[str, Any] = {}
+    if "extends" in data:
+        base_flow, _, base_preset = str(data.pop("extends")).partition("/")
+        merged = read_preset(base_flow, base_preset)
     for section, ref in (data.pop("include", None) or {}).items():
         other_flow, _, other_preset = str(ref).partition("/")
         merged[section] = read_preset(other_flow, other_preset)

@@ -1,4 +1,4 @@
-"""The `curate` flow (RECIPE section 2): problem pools -> eval splits, RL sets, SFT stage sets.
+"""The `curate` flow (docs/recipe.md section 2): problem pools -> eval splits, RL sets, SFT stage sets.
 
 Per task: hold out the eval split before any filtering; remove duplicates and eval overlap;
 estimate pass rates of the model to be trained (sharded, resumable); label difficulty bands; keep
@@ -16,33 +16,29 @@ import time
 from prefect import flow, get_run_logger
 
 from passband.flows.curate_config import CurateConfig
-from passband.flows.summary import RunSummary
+from passband.tasks.summary import RunSummary
 
 __all__ = ["CurateConfig", "curate"]
 
 
-@flow(name="curate")
+@flow(name="curate", flow_run_name="{run_name}")
 def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = None,
            run_name: str = "curate") -> RunSummary:
     """Pools -> eval_*, rl_*, sft_stage1, sft_stage2 and removed Parquet artifacts + metrics."""
     from passband.curation.bands import BandFilter, DifficultyBands, label_rows, prefilter_by_column
     from passband.curation.curate_rows import attach_pass_rates, count_by, removed_record
-    from passband.curation.suites.math_suite import extraction_rule_for
     from passband.tasks import tracking
-    from passband.tasks.cache import find_completed, save_summary
     from passband.tasks.model import resolve_model
     from passband.tasks.passrate import LazyEngine, SamplingTally, checkpoint_id, estimate_pass_rates
+    from passband.tasks.stage import stage_run
     from passband.training.model_source import load_tokenizer
 
     logger = get_run_logger()
-    tracking.configure()
-    resolved = config.model_dump(mode="json")
-    key, cached = find_completed("curate", resolved)
-    with tracking.start_run(run_name, parent_run_id=parent_run_id) as run_id:
-        tracking.log_config(resolved, run_id)
-        if cached is not None:
-            logger.info("reusing curate outputs of an identical earlier run (%s)", key)
-            return RunSummary(**cached)
+    with stage_run("curate", config, parent_run_id, run_name) as run:
+        if run.cached is not None:
+            logger.info("reusing curate outputs of an identical earlier run (%s)", run.cache_key)
+            return run.cached
+        run_id, resolved = run.run_id, run.resolved
         start = time.perf_counter()
         removed: list[dict] = []
         metrics: dict[str, float] = {}
@@ -68,16 +64,15 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
         model_dir = resolve_model(config.model)
         student = checkpoint_id(config.model, model_dir)
         tokenizer = load_tokenizer(model_dir)
-        engine = LazyEngine(config.engine.kind, model_dir, config.engine.model_dump())
+        engine = LazyEngine(config.engine, model_dir)
         sampling = _sampling_key(config, config.pass_rate.n, config.pass_rate.top_k, config.pass_rate.temperature)
-        verify_settings = {"math": {"rule": extraction_rule_for(config.math.source.answer_format)},
-                           "ifeval": {"mode": "strict"}}
+        verifiers = config.verifiers()
         bands = DifficultyBands(edges=tuple(config.difficulty_edges), labels=tuple(config.difficulty_labels))
         samples_by_task: dict[str, list[dict]] = {}
         tally = SamplingTally()
         for task_name, rows in train.items():
             logger.info("%s: estimating pass rates of %d problems", task_name, len(rows))
-            result = estimate_pass_rates(rows, engine, tokenizer, student, sampling, verify_settings,
+            result = estimate_pass_rates(rows, engine, tokenizer, student, sampling, verifiers,
                                          config.pass_rate.shard_size, config.sft.system_prompt)
             train[task_name] = label_rows(attach_pass_rates(rows, result.summaries, student), bands)
             samples_by_task[task_name] = result.samples
@@ -96,7 +91,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
 
             stage1, stage2 = build_sft_sets(
                 config, train, samples_by_task, engine, model_dir, student, tokenizer, sampling,
-                verify_settings, bands, eval_rows, removed, metrics, tally)
+                verifiers, bands, eval_rows, removed, metrics, tally)
             outputs["sft_stage1"] = _commit_sft(stage1, "sft_stage1", run_id, resolved)
             outputs["sft_stage2"] = _commit_sft(stage2, "sft_stage2", run_id, resolved)
             metrics["kept/sft_stage1"], metrics["kept/sft_stage2"] = len(stage1), len(stage2)
@@ -109,10 +104,8 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
         metrics.update(engine_calls=tally.engine_calls, shards_reused=tally.shards_reused,
                        shards_computed=tally.shards_computed, wall_seconds=time.perf_counter() - start)
         tracking.log_metrics(metrics, step=0, run_id=run_id)
-        summary = RunSummary(flow="curate", mlflow_run_id=run_id, outputs=outputs, metrics=metrics)
-        save_summary(key, "curate", resolved, summary.model_dump())
         logger.info("curate done in %.0f s: %s", metrics["wall_seconds"], sorted(outputs))
-    return summary
+        return run.finish(outputs, metrics)
 
 
 def _sampling_key(config: CurateConfig, n: int, top_k: int, temperature: float) -> dict:
@@ -129,7 +122,7 @@ def _load_and_hold_out(config: CurateConfig) -> tuple[dict, dict]:
 
     train, evals = {}, {}
     for task_name, pool in config.pools().items():
-        rows = load_problems_task(pool.source.model_dump())
+        rows = load_problems_task(pool.source)
         wrong = [row["id"] for row in rows if row["task"] != task_name]
         if wrong:
             raise ValueError(f"{task_name} pool holds rows of another task, e.g. {wrong[:3]}")
@@ -186,13 +179,14 @@ def _log_pass_rate_plots(config: CurateConfig, train: dict, bands, metrics: dict
 def _rl_sets(config: CurateConfig, train: dict, removed: list[dict]) -> dict[str, list[dict]]:
     """The recipe's band per task, then stratified sampling and size alignment across tasks."""
     from passband.curation.balance import align_sizes, stratified_sample
-    from passband.curation.bands import BandFilter, apply_band, reference_band
+    from passband.curation.bands import BandFilter, apply_band
+    from passband.curation.catalog import task
     from passband.curation.curate_rows import removed_record
 
     in_band = {}
     for task_name, rows in train.items():
-        pool = getattr(config, task_name)
-        band = BandFilter.parse(pool.band) if pool.band else reference_band(task_name)
+        pool = config.tasks[task_name]
+        band = BandFilter.parse(pool.band) if pool.band else task(task_name).default_band
         in_band[task_name], out = apply_band(rows, band)
         removed.extend(removed_record(row, "band") for row in out)
     balance = config.balance
@@ -205,7 +199,7 @@ def _rl_sets(config: CurateConfig, train: dict, removed: list[dict]) -> dict[str
         return aligned
     selected = {}
     for task_name, rows in in_band.items():
-        pool = getattr(config, task_name)
+        pool = config.tasks[task_name]
         total = min(len(rows), round(target * pool.weight)) if balance.align_sizes else len(rows)
         selected[task_name], out = stratified_sample(rows, balance.stratify_key, total=total,
                                                      proportions=pool.proportions, seed=balance.seed)

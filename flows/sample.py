@@ -7,7 +7,7 @@ from prefect import flow
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
-from passband.flows.summary import RunSummary
+from passband.tasks.summary import RunSummary
 
 
 class SampleConfig(Config):
@@ -27,7 +27,7 @@ class SampleConfig(Config):
     """Samples re-scored by the fp32 trainer model to measure vllm_kl (0 = skip)."""
 
 
-@flow(name="sample")
+@flow(name="sample", flow_run_name="sample")
 def sample(config: SampleConfig = SampleConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Prompts -> n rollouts each -> `samples` Parquet artifact; logs tokens/s, lengths, vllm_kl."""
     from passband.tasks import tracking
@@ -35,21 +35,18 @@ def sample(config: SampleConfig = SampleConfig(), parent_run_id: str | None = No
     from passband.tasks.datasets import commit_table
     from passband.tasks.model import resolve_model
     from passband.tasks.rollout import generate, measure_vllm_kl, open_engine, rollout_stats, samples_table
+    from passband.tasks.stage import stage_run
     from passband.training.chat import render_prompt
-    from passband.training.engines.protocol import SamplingSettings
     from passband.training.model_source import load_tokenizer
 
-    tracking.configure()
-    with tracking.start_run("sample", parent_run_id=parent_run_id) as run_id:
-        resolved = config.model_dump(mode="json")
-        tracking.log_config(resolved, run_id)
+    with stage_run("sample", config, parent_run_id, cache=False) as run:
+        run_id, resolved = run.run_id, run.resolved
         model_dir = resolve_model(config.model)
-        rows = load_problems_task(config.problems.model_dump(), run_id)
+        rows = load_problems_task(config.problems, run_id)
         tokenizer = load_tokenizer(model_dir)
         prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
-        settings = SamplingSettings(seed=config.engine.seed, **config.sampling.model_dump(exclude={"stop"}),
-                                    stop=tuple(config.sampling.stop))
-        engine = open_engine(config.engine.kind, model_dir, config.engine.model_dump())
+        settings = config.sampling
+        engine = open_engine(config.engine, model_dir)
         samples, seconds = generate(engine, prompts, settings)
         engine.close()
         metrics = rollout_stats(samples, seconds)
@@ -60,4 +57,4 @@ def sample(config: SampleConfig = SampleConfig(), parent_run_id: str | None = No
         uri = commit_table(table, f"samples/{run_id}", "sample", resolved)
         tracking.log_dataset(uri, "samples", "output", table, run_id)
         tracking.log_metrics(metrics, step=0, run_id=run_id)
-    return RunSummary(flow="sample", mlflow_run_id=run_id, outputs={"samples": uri}, metrics=metrics)
+        return run.finish({"samples": uri}, metrics)

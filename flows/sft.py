@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Literal
 
 from pydantic import Field, model_validator
 from prefect import flow
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.curation.catalog import VerifierSettings
 from passband.flows.config import Config
-from passband.flows.summary import RunSummary
+from passband.tasks.summary import RunSummary
 from passband.training.sft.config import StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Settings that change how a run proceeds, not what it produces: left out of the cache key.
-RUN_CONTROL_FIELDS = {"force", "resume", "kill_after_steps"}
+RUN_CONTROL_FIELDS = {"force", "resume"}
 
 
 class WorkedMathSource(Config):
@@ -48,8 +48,9 @@ class SFTEvalConfig(Config):
     """Eval set name -> problems; stage data whose prompt equals an eval prompt is dropped."""
     datasets: dict[str, str] = {}
     """Eval set name -> dataset artifact URI in the suite row schema (e.g. curate's eval_math)."""
-    math_answer_format: Literal["boxed", "plain"] = "boxed"
-    """What the math prompts ask for: `boxed` (last \\boxed{}) or `plain` (last number)."""
+    verifiers: VerifierSettings = VerifierSettings(math={"answer_format": "boxed"})
+    """Each task's verifier settings; math.answer_format must match what the math prompts ask for
+    (`boxed`: last \\boxed{}; `plain`: last number)."""
     sampling: SamplingConfig = SamplingConfig(n=4, temperature=0.6, max_tokens=96)
     """Samples per problem (pass@1..pass@n) and how they are drawn."""
     engine: EngineConfig = EngineConfig()
@@ -58,9 +59,9 @@ class SFTEvalConfig(Config):
     @model_validator(mode="after")
     def _formats_agree(self) -> "SFTEvalConfig":
         asked = {s.answer_format for s in self.suites.values() if s.suite == "math" and s.path is None}
-        if asked - {self.math_answer_format}:
-            raise ValueError(f"math suites ask for {sorted(asked)} but math_answer_format is "
-                             f"{self.math_answer_format!r}; make them agree")
+        if asked - {self.verifiers.math.answer_format}:
+            raise ValueError(f"math suites ask for {sorted(asked)} but verifiers.math.answer_format is "
+                             f"{self.verifiers.math.answer_format!r}; make them agree")
         return self
 
 
@@ -84,9 +85,6 @@ class SFTConfig(Config):
     false retrains every stage from its start (replacing its checkpoints)."""
     force: bool = False
     """Run even when this exact config already completed (otherwise its summary is reused)."""
-    kill_after_steps: int | None = Field(None, ge=0)
-    """Testing: raise after this many optimizer steps of this run, before that step's checkpoint,
-    as a kill would; a rerun then continues from the last checkpoint."""
 
     @model_validator(mode="after")
     def _check_stages(self) -> "SFTConfig":
@@ -118,61 +116,46 @@ def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> di
 
 def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: str, step: int,
               run_id: str) -> dict[str, float]:
-    """Score `model_dir` on the eval sets; log every metric under `prefix/`, return the per-set ones."""
-    import json
-    import tempfile
-    from pathlib import Path
+    """Score `model_dir` on the eval sets with an engine opened for it; log everything under
+    `prefix/`, return the headline (`before/math/pass@1`, `before/mean/pass@1`, ...)."""
+    from passband.tasks.evaluation import log_evaluation, run_evaluation
+    from passband.tasks.rollout import open_engine
 
-    from passband.tasks import tracking
-    from passband.tasks.evaluation import evaluate_checkpoint, verifier_settings_for
-    from passband.training.engines.protocol import SamplingSettings
-
-    settings = SamplingSettings(seed=config.engine.seed, **config.sampling.model_dump(exclude={"stop"}),
-                                stop=tuple(config.sampling.stop))
-    report, rows = evaluate_checkpoint(model_dir, eval_sets, settings, config.engine.kind,
-                                       config.engine.model_dump(), verifier_settings_for(config.math_answer_format))
-    metrics = {f"{prefix}/{name}": value for name, value in report.metrics().items()}
-    tracking.log_metrics(metrics, step=step, run_id=run_id)
-    with tempfile.TemporaryDirectory(prefix="passband-sft-eval-") as tmp:
-        path = Path(tmp) / f"{prefix}.jsonl"
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        tracking.log_artifact_file(path, "eval", run_id)
-    return {name: value for name, value in metrics.items() if name.count("/") == 2}  # before/math/pass@1
+    engine = open_engine(config.engine, model_dir)
+    evaluation = run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir)
+    engine.close()
+    return log_evaluation(evaluation, prefix, step, run_id)
 
 
-@flow(name="sft")
+@flow(name="sft", flow_run_name="sft")
 def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Train the stages in order; outputs every stage's final checkpoint, the last as `checkpoint`."""
     from prefect.logging import get_run_logger
 
     from passband.tasks import tracking
-    from passband.tasks.cache import find_completed, save_summary
     from passband.tasks.evaluation import eval_sets_from
     from passband.tasks.model import resolve_model
     from passband.tasks.registry import log_model
     from passband.tasks.sft import sft_stage_key, train_sft_stage
     from passband.tasks.sft_data import stage_examples
+    from passband.tasks.stage import stage_run
     from passband.training.model_source import load_tokenizer
     from passband.training.sft.loop import data_fingerprint
 
     logger = get_run_logger()
     started = time.perf_counter()
-    tracking.configure()
-    with tracking.start_run("sft", parent_run_id=parent_run_id) as run_id:
-        resolved = config.model_dump(mode="json")
-        tracking.log_config(resolved, run_id)
-        cache_key, cached = find_completed("sft", resolved, RUN_CONTROL_FIELDS)
-        if cached is not None:
-            logger.info("reusing the completed sft run %s", cached["mlflow_run_id"])
-            return RunSummary(**cached)
+    with stage_run("sft", config, parent_run_id, run_control=RUN_CONTROL_FIELDS) as run:
+        if run.cached is not None:
+            logger.info("reusing the completed sft run %s", run.cached.mlflow_run_id)
+            return run.cached
+        run_id = run.run_id
 
         model_dir = resolve_model(config.model)
         tokenizer = load_tokenizer(model_dir)
         eval_sets = {}
         metrics: dict[str, float] = {}
         if config.eval is not None:
-            eval_sets = eval_sets_from(config.eval.datasets, {n: s.model_dump() for n, s in config.eval.suites.items()},
-                                       run_id=run_id)
+            eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
             metrics |= _evaluate(model_dir, eval_sets, config.eval, "before", 0, run_id)
         eval_prompts = [row["prompt"] for rows in eval_sets.values() for row in rows]
         refs = _dataset_refs(config, eval_prompts, run_id)
@@ -180,16 +163,13 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         outputs = {f"data_{name}": ref for name, ref in refs.items() if name in config.generated}
 
         start_from, start_dir, step_offset = config.model, model_dir, 0
-        kill_budget = config.kill_after_steps
         peak_memory_mb, tokens_per_s = 0.0, []
         for index, stage in enumerate(config.stages, start=1):
             stage_refs = {name: refs[name] for name in stage.datasets}
             examples = stage_examples(stage, stage_refs, tokenizer, eval_prompts, run_id)
             key = sft_stage_key(stage, stage_refs, start_from, data_fingerprint(examples))
-            outcome = train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset,
-                                      kill_budget, run_id)
+            outcome = train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset, run_id)
             step_offset += outcome.total_steps
-            kill_budget = None if kill_budget is None else kill_budget - outcome.steps_run
             metrics[f"{stage.name}/final_loss"] = outcome.final_loss
             metrics[f"{stage.name}/num_steps"] = float(outcome.total_steps)
             if outcome.steps_run:
@@ -209,6 +189,4 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         metrics["wall_s"] = time.perf_counter() - started
         tracking.log_metrics({k: v for k, v in metrics.items() if not k.startswith(("before/", "after/"))},
                              step=step_offset, run_id=run_id)
-        summary = RunSummary(flow="sft", mlflow_run_id=run_id, outputs=outputs, metrics=metrics)
-        save_summary(cache_key, "sft", resolved, summary.model_dump())
-    return summary
+        return run.finish(outputs, metrics)

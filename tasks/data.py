@@ -9,19 +9,19 @@ from typing import Any
 
 from prefect import task
 
-from passband.curation.suites.source import load_problems
+from passband.curation.suites.source import ProblemSource
 
 
 @task(name="load-problems", retries=2, retry_delay_seconds=2)
-def load_problems_task(source: dict[str, Any], run_id: str | None = None) -> list[dict[str, Any]]:
+def load_problems_task(source: ProblemSource, run_id: str | None = None) -> list[dict[str, Any]]:
     """Rows of the source; bad rows of a user file are logged as `quarantine/<name>.jsonl`."""
     from prefect.logging import get_run_logger
 
-    result = load_problems(**source)
+    result = source.load()
     if result.quarantined:
         get_run_logger().warning(
             "%d bad rows quarantined from %s (first: row %s: %s)", len(result.quarantined),
-            source.get("path"), result.quarantined[0]["row_number"], result.quarantined[0]["reason"])
+            source.path, result.quarantined[0]["row_number"], result.quarantined[0]["reason"])
         if run_id:
             from passband.tasks import tracking
 

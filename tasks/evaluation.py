@@ -1,41 +1,32 @@
-"""Evaluate one checkpoint on held-out sets: sample n completions per problem, verify, report pass@k.
+"""Evaluation I/O: eval sets in, the one `evaluate()` as a Prefect task, results logged.
 
-Shared by the `evaluate` flow and by SFT and RL, which evaluate their checkpoints with it (RL
-passes its own live engine, already at the current weights). Eval sets are named lists of suite
-rows; the report groups by eval-set name, so `humaneval` and a procedural `code` set, both
-verified by the code verifier, get their own `humaneval/pass@1` and `code/pass@1`.
-
-Per-sample rows: {eval_set, problem_id, task (the row's own task: picks the verifier),
-subdomain, sample_index, status, score, detail, text, finish_reason, num_tokens, token_ids,
-prompt_token_ids}.
+The computation is training/evaluation/evaluate.py `evaluate(engine, sets, sampling, verifiers,
+tokenizer)`; the evaluate flow, SFT and RL all call it through `run_evaluation` here, which
+also logs its metrics (under a prefix, at a step) and its per-sample rows to MLflow.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from passband.training.engines.protocol import RolloutEngine, Sample, SamplingSettings
-from passband.training.evaluation.report import EvalReport, build_report
-
-
-def verifier_settings_for(math_answer_format: str) -> dict[str, dict[str, Any]]:
-    """Keyword arguments of `curation.verifiers.verify` per task: the math extraction rule that
-    matches what the prompts asked for ("plain" -> last number, "boxed" -> last \\boxed{})."""
-    from passband.curation.suites.math_suite import extraction_rule_for
-
-    return {"math": {"rule": extraction_rule_for(math_answer_format)}, "code": {}, "ifeval": {}}
+from passband.curation.catalog import VerifierSettings
+from passband.curation.suites.source import ProblemSource
+from passband.training.engines import RolloutEngine, SamplingConfig
+from passband.training.evaluation.evaluate import Evaluation, evaluate
 
 
 def eval_sets_from(
-    datasets: dict[str, str], suites: dict[str, dict[str, Any]], max_problems: int | None = None,
+    datasets: dict[str, str], suites: dict[str, ProblemSource], max_problems: int | None = None,
     run_id: str | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Named eval sets from dataset artifact URIs (Parquet in the suite row schema, e.g. curate's
-    `eval_math`) and from ProblemSource dicts (a procedural suite, `humaneval`, or a user file).
+    `eval_math`) and from problem sources (a procedural suite, `humaneval`, or a user file).
 
     `max_problems` keeps the first N rows of each dataset (suites size themselves by
     `num_problems`). A name used by both a dataset and a suite is refused.
@@ -60,35 +51,6 @@ def eval_sets_from(
     return sets
 
 
-@task(name="verify-samples", cache_policy=NONE)
-def verify_samples(
-    eval_set: str, rows: list[dict[str, Any]], samples: list[list[Sample]],
-    verifier_settings: dict[str, dict[str, Any]],
-) -> list[dict[str, Any]]:
-    """Per-sample rows of one eval set: every sample verified by its problem's task verifier."""
-    from passband.curation.verifiers import verify
-
-    flat = [(row, sample) for row, group in zip(rows, samples, strict=True) for sample in group]
-    records: list[dict[str, Any]] = []
-    for task_name in sorted({row["task"] for row, _ in flat}):
-        if task_name not in verifier_settings:
-            raise ValueError(f"eval set {eval_set!r}: no verifier settings for task {task_name!r} "
-                             f"(have {sorted(verifier_settings)})")
-        pairs = [(row, sample) for row, sample in flat if row["task"] == task_name]
-        results = verify(task_name, [s.text for _, s in pairs], [r["reference"] for r, _ in pairs],
-                         **verifier_settings[task_name])
-        for (row, sample), result in zip(pairs, results, strict=True):
-            records.append({
-                "eval_set": eval_set, "problem_id": row["id"], "task": row["task"],
-                "subdomain": row["subdomain"], "sample_index": sample.sample_index,
-                "status": result.status, "score": result.score, "detail": result.detail,
-                "text": sample.text, "finish_reason": sample.finish_reason,
-                "num_tokens": len(sample.token_ids), "token_ids": list(sample.token_ids),
-                "prompt_token_ids": list(sample.prompt_token_ids),
-            })
-    return records
-
-
 def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any]]], n: int) -> list[dict[str, Any]]:
     """The evaluated model's per-sample rows from an earlier evaluation's `samples` artifact,
     checked to hold exactly n samples of every problem in `eval_sets` and nothing else."""
@@ -110,53 +72,31 @@ def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any
     return rows
 
 
-def report_of(sample_rows: list[dict[str, Any]]) -> EvalReport:
-    """The EvalReport of per-sample rows, grouped by eval set (the report's "task")."""
-    return build_report([{**row, "task": row["eval_set"]} for row in sample_rows])
-
-
-def evaluate_checkpoint(
-    model_dir: str,
-    eval_sets: dict[str, list[dict[str, Any]]],
-    sampling: SamplingSettings,
-    engine_kind: str,
-    engine_cfg: dict[str, Any],
-    verifier_settings: dict[str, dict[str, Any]],
-    engine: RolloutEngine | None = None,
-    system_prompt: str | None = None,
-) -> tuple[EvalReport, list[dict[str, Any]]]:
-    """(report, per-sample rows) of the checkpoint in `model_dir` on `eval_sets` (name -> rows).
-
-    `sampling.n` samples per problem give pass@1..pass@n. With `engine` given (a live engine at
-    this checkpoint's weights) it is used and left open; otherwise one of `engine_kind` is opened
-    from `model_dir` with `engine_cfg` (an EngineConfig dump) and closed before returning.
-    Prompts are rendered with `model_dir`'s chat template, as in rollouts.
-    """
-    from passband.tasks.rollout import generate, open_engine
-    from passband.training.chat import render_prompt
+@task(name="evaluate", cache_policy=NONE)
+def run_evaluation(
+    engine: RolloutEngine, sets: dict[str, list[dict[str, Any]]], sampling: SamplingConfig,
+    verifiers: VerifierSettings, model_dir: str, system_prompt: str | None = None,
+) -> Evaluation:
+    """`evaluate` the engine's CURRENT weights on `sets`; `model_dir` supplies the chat template."""
     from passband.training.model_source import load_tokenizer
 
-    if not eval_sets or any(not rows for rows in eval_sets.values()):
-        raise ValueError(f"evaluate_checkpoint needs non-empty eval sets, got sizes "
-                         f"{ {name: len(rows) for name, rows in eval_sets.items()} }")
-    tokenizer = load_tokenizer(Path(model_dir))
-    names = list(eval_sets)
-    all_rows = [row for name in names for row in eval_sets[name]]
-    prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for row in all_rows]
-    own_engine = engine is None
-    if own_engine:
-        engine = open_engine(engine_kind, model_dir, engine_cfg)
-    # One generate call for every set: the engine batches across sets.
-    samples, _seconds = generate(engine, prompts, sampling)
-    if own_engine:
-        engine.close()
-    sample_rows: list[dict[str, Any]] = []
-    start = 0
-    for name in names:
-        stop = start + len(eval_sets[name])
-        sample_rows += verify_samples(name, eval_sets[name], samples[start:stop], verifier_settings)
-        start = stop
-    return report_of(sample_rows), sample_rows
+    return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir)), system_prompt)
+
+
+def log_evaluation(evaluation: Evaluation, prefix: str, step: int, run_id: str) -> dict[str, float]:
+    """Log every report metric and the headline (`mean/pass@k` too) as `<prefix>/<name>` at `step`,
+    and the per-sample rows as the MLflow artifact `eval/<prefix>.jsonl`; return the headline,
+    prefixed."""
+    from passband.tasks import tracking
+
+    headline = {f"{prefix}/{name}": value for name, value in evaluation.headline().items()}
+    tracking.log_metrics({f"{prefix}/{name}": value for name, value in evaluation.report.metrics().items()} | headline,
+                         step=step, run_id=run_id)
+    with tempfile.TemporaryDirectory(prefix="passband-eval-") as tmp:
+        path = Path(tmp) / f"{prefix.replace('/', '_')}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in evaluation.rows))
+        tracking.log_artifact_file(path, "eval", run_id)
+    return headline
 
 
 @task(name="perplexities-on-samples", cache_policy=NONE)
@@ -165,7 +105,7 @@ def perplexities_on_samples(
 ) -> dict[str, float]:
     """{name: perplexity (temperature 1) of the model in `model_dir` on that set's response tokens
     given their prompts}, loading the model once. The base model on a candidate's outputs, next to
-    the base on its own outputs, shows whether the candidate left the base distribution (RECIPE 8)."""
+    the base on its own outputs, shows whether the candidate left the base distribution (docs/recipe.md section 8)."""
     from passband.training.evaluation.perplexity import perplexity_under
     from passband.training.model_source import load_causal_lm
 
@@ -175,3 +115,39 @@ def perplexities_on_samples(
                                [row["token_ids"] for row in rows], micro_batch_size=micro_batch_size)
         for name, rows in sample_sets.items()
     }
+
+
+def commit_evaluation(evaluations: dict[str, Evaluation], eval_sets: dict[str, list[dict]], datasets: dict[str, str],
+                      resolved: dict, run_id: str) -> dict[str, str]:
+    """Report table (Parquet artifact, CSV in MLflow, a table in the Prefect UI), samples (Parquet),
+    pass@k plot with interval bands (PNG); returns the `report` and `samples` URIs."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    from prefect.artifacts import create_table_artifact
+
+    from passband.curation.suites.rows import rows_to_table
+    from passband.tasks import tracking
+    from passband.tasks.datasets import commit_table
+    from passband.tasks.plots import pass_at_k_figure
+    from passband.training.evaluation.report import pass_at_k_curves, pass_at_k_intervals_by_task
+
+    reports = {label: evaluation.report for label, evaluation in evaluations.items()}
+    report_table = pa.Table.from_pylist(
+        [{"checkpoint": label, **row} for label, report in reports.items() for row in report.table()])
+    samples_table = pa.Table.from_pylist(
+        [{"checkpoint": label, **row} for label, evaluation in evaluations.items() for row in evaluation.rows])
+    report_uri = commit_table(report_table, f"evaluations/{run_id}/report", "evaluate", resolved)
+    samples_uri = commit_table(samples_table, f"evaluations/{run_id}/samples", "evaluate", resolved)
+    with tempfile.TemporaryDirectory(prefix="passband-eval-") as tmp:
+        csv_path = Path(tmp) / "eval_report.csv"
+        pa_csv.write_csv(report_table, csv_path)
+        tracking.log_artifact_file(csv_path, "tables", run_id)
+    for name, uri in datasets.items():
+        tracking.log_dataset(uri, name, "eval", rows_to_table(eval_sets[name]), run_id)
+    tracking.log_dataset(samples_uri, "eval_samples", "output", samples_table, run_id)
+    create_table_artifact([{k: v for k, v in row.items() if not isinstance(v, list)} for row in report_table.to_pylist()],
+                          description="pass@k per checkpoint, eval set and sub-domain, with 95% intervals")
+    tracking.log_figure(pass_at_k_figure(pass_at_k_curves(reports), pass_at_k_intervals_by_task(reports)),
+                        "plots/pass_at_k.png", run_id)
+    return {"report": report_uri, "samples": samples_uri}

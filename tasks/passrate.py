@@ -23,19 +23,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import task
 from prefect.cache_policies import NONE
-from prefect.logging import get_logger
 
 from passband.curation.passrate import shard_key, split_into_shards, summarize_attempts
-from passband.curation.verifiers import verify
-from passband.tasks.provenance import code_version, config_hash
+from passband.curation.catalog import VerifierSettings
+from passband.curation.catalog.verify import verify_groups
+from passband.tasks.logs import run_logger
+from passband.tasks.provenance import code_version, config_hash, dependency_versions
 from passband.tasks.store import open_store
+from passband.training.engines import EngineConfig, RolloutEngine, Sample, SamplingConfig, open_engine
 
 SUMMARY_FILE = "summary.parquet"
 SAMPLES_FILE = "samples.parquet"
 VERIFIER_SOURCES = ("curation/verifiers", "curation/passrate.py")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-logger = get_logger("passband.passrate")
 
 
 @functools.cache
@@ -80,22 +81,19 @@ class LazyEngine:
     Opening vLLM costs ~1 minute here, so a run whose shards are all stored never opens it.
     """
 
-    def __init__(self, kind: str, model_dir: str, engine_config: dict[str, Any]) -> None:
-        self.kind = kind
+    def __init__(self, config: EngineConfig, model_dir: str) -> None:
+        self.config = config
         self.model_dir = model_dir
-        self.engine_config = engine_config
-        self.engine = None
+        self.engine: RolloutEngine | None = None
         self.num_generate_calls = 0
         """How many times generate reached the engine (the count a reuse test asserts on)."""
 
-    def generate(self, prompts: list[str], settings):
+    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
         if self.engine is None:
-            from passband.tasks.rollout import open_engine
-
-            logger.info("opening %s engine on %s", self.kind, self.model_dir)
-            self.engine = open_engine(self.kind, self.model_dir, self.engine_config)
+            run_logger().info("opening %s engine on %s", self.config.kind, self.model_dir)
+            self.engine = open_engine(self.config, self.model_dir)
         self.num_generate_calls += 1
-        return self.engine.generate(prompts, settings)
+        return self.engine.generate(prompts, sampling)
 
     def close(self) -> None:
         if self.engine is not None:
@@ -140,7 +138,7 @@ def estimate_pass_rates(
     tokenizer: Any,
     checkpoint: str,
     sampling: dict[str, Any],
-    verify_settings: dict[str, dict[str, Any]],
+    verifiers: VerifierSettings,
     shard_size: int,
     system_prompt: str | None = None,
 ) -> PassRateResult:
@@ -148,27 +146,35 @@ def estimate_pass_rates(
 
     `sampling` holds n (rollouts per problem), top_k (attempts per rollout), temperature,
     top_p, max_tokens, stop and seed, plus anything else that changes the samples (engine kind
-    and dtype); all of it goes into the shard key. `verify_settings[task]` are the keyword
-    arguments of curation.verifiers.verify for that task (e.g. the math extraction rule).
+    and dtype); all of it goes into the shard key, and so do the verifier settings.
     """
     start = time.perf_counter()
     calls_before = engine.num_generate_calls
     result = PassRateResult()
-    key_settings = {**sampling, "system_prompt": system_prompt, "verify": verify_settings}
+    # Versions of what changes the samples or the verdicts (vLLM, transformers, torch, math-verify):
+    # an upgrade must not silently reuse pass rates computed by the old stack.
+    key_settings = {**sampling, "system_prompt": system_prompt, "verify": verifiers.model_dump(mode="json"),
+                    "dependencies": dependency_versions()}
     shards = split_into_shards(rows, shard_size)
     for index, shard in enumerate(shards):
         key = "passrate/" + shard_key([row["id"] for row in shard], checkpoint, key_settings, verifier_version())
+        shard_start = time.perf_counter()
         if open_store().exists(key):
             summaries, samples = load_shard(key)
             result.num_shards_reused += 1
-            logger.info("shard %d/%d: reusing %s", index + 1, len(shards), key)
+            run_logger().info("shard %d/%d: reusing %s", index + 1, len(shards), key)
         else:
-            summaries, samples = sample_shard(shard, engine, tokenizer, sampling, verify_settings, system_prompt)
+            # Seeded by the shard's own key (its problems, model, settings): its samples do not
+            # depend on which shards ran before it, nor on which process ran it.
+            shard_sampling = {**sampling, "seed": int(key.rsplit("/", 1)[1][:12], 16)}
+            summaries, samples = sample_shard(shard, engine, tokenizer, shard_sampling, verifiers, system_prompt)
             commit_shard(key, summaries, samples, {"checkpoint": checkpoint, **key_settings,
                                                    "problem_ids": [row["id"] for row in shard],
                                                    "verifier_version": verifier_version()})
             result.num_shards_computed += 1
-            logger.info("shard %d/%d: sampled %d problems", index + 1, len(shards), len(shard))
+            run_logger().info("shard %d/%d: sampled %d problems in %.0f s (%.1f problems/s; %d to go)",
+                                  index + 1, len(shards), len(shard), time.perf_counter() - shard_start,
+                                  len(shard) / max(time.perf_counter() - shard_start, 1e-9), len(shards) - index - 1)
         result.summaries.extend(summaries)
         result.samples.extend(samples)
         result.shard_uris.append(open_store().uri(key))
@@ -180,16 +186,16 @@ def estimate_pass_rates(
 @task(name="sample-shard", cache_policy=NONE)
 def sample_shard(
     shard: list[dict], engine: LazyEngine, tokenizer: Any, sampling: dict[str, Any],
-    verify_settings: dict[str, dict[str, Any]], system_prompt: str | None,
+    verifiers: VerifierSettings, system_prompt: str | None,
 ) -> tuple[list[dict], list[dict]]:
     """Generate n * top_k attempts per problem, verify each, summarize per problem."""
     from passband.training.chat import render_prompt
-    from passband.training.engines.protocol import SamplingSettings
+    from passband.training.engines import SamplingConfig
 
     num_attempts = sampling["n"] * sampling["top_k"]
-    settings = SamplingSettings(
+    settings = SamplingConfig(
         n=num_attempts, temperature=sampling["temperature"], top_p=sampling["top_p"],
-        max_tokens=sampling["max_tokens"], stop=tuple(sampling["stop"]), seed=sampling["seed"],
+        max_tokens=sampling["max_tokens"], stop=sampling["stop"], seed=sampling["seed"],
     )
     prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for row in shard]
     groups = engine.generate(prompts, settings)
@@ -198,14 +204,10 @@ def sample_shard(
          "finish_reason": s.finish_reason, "num_tokens": len(s.token_ids)}
         for row, group in zip(shard, groups) for s in group
     ]
-    references = {row["id"]: row["reference"] for row in shard}
-    for task_name in sorted({row["task"] for row in shard}):
-        indices = [i for i, s in enumerate(samples) if s["task"] == task_name]
-        results = verify(task_name, [samples[i]["completion"] for i in indices],
-                         [references[samples[i]["problem_id"]] for i in indices],
-                         **verify_settings.get(task_name, {}))
-        for i, verdict in zip(indices, results):
-            samples[i].update(status=verdict.status, score=verdict.score, detail=verdict.detail)
+    verdicts = verify_groups([row["task"] for row in shard], [row["reference"] for row in shard],
+                             [[s.text for s in group] for group in groups], verifiers)
+    for sample, verdict in zip(samples, (v for group in verdicts for v in group), strict=True):
+        sample.update(status=verdict.status, score=verdict.score, detail=verdict.detail)
     statuses = [[s["status"] for s in samples if s["problem_id"] == row["id"]] for row in shard]
     summaries = [{"problem_id": row["id"], **summary}
                  for row, summary in zip(shard, summarize_attempts(statuses, k=sampling["top_k"]))]

@@ -90,3 +90,27 @@ def pass_rate_histogram_figure(hist: dict[str, dict]) -> Figure:
         axes.set_ylabel("problems")
         axes.set_xlim(edges[0], edges[-1])
     return figure
+
+
+def entropy_ceiling_figure(history: list[tuple[float, float]]) -> Figure:
+    """Reward against exp(entropy) per iteration with the fitted line R = b - a exp(H), extended
+    to exp(H) = 1 where it reads the predicted ceiling b - a (docs/recipe.md section 7)."""
+    import math
+
+    from matplotlib.figure import Figure
+
+    from passband.training.rl.entropy_ceiling import fit_entropy_ceiling
+
+    xs = [math.exp(h) for h, _ in history]
+    rewards = [r for _, r in history]
+    fit = fit_entropy_ceiling([h for h, _ in history], rewards)
+    figure = Figure(figsize=(6, 4), layout="constrained")
+    axes = figure.add_subplot()
+    axes.scatter(xs, rewards, label="iterations")
+    line_x = [1.0, max(xs)]
+    axes.plot(line_x, [fit.b - fit.a * x for x in line_x], label=f"R = {fit.b:.3f} - {fit.a:.3f} exp(H)")
+    axes.axhline(fit.ceiling, linestyle=":", label=f"ceiling {fit.ceiling:.3f}")
+    axes.set_xlabel("exp(entropy)")
+    axes.set_ylabel("reward")
+    axes.legend()
+    return figure

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import shutil
 import statistics
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
+from passband.tasks.checkpoints import commit_checkpoint, newest_committed, scratch_dir
 from passband.tasks.provenance import code_version, config_hash
-from passband.tasks.settings import StackSettings
 from passband.tasks.store import fetch_artifact, open_store
 from passband.training.sft.config import StageConfig
 from passband.training.sft.packing import SFTExample
@@ -33,10 +32,6 @@ CHECKPOINT_ROOT = "checkpoints/sft"
 # Per-step metrics sent to MLflow (train_stage reports these and a few more).
 LOGGED_METRICS = ("loss", "lr", "grad_norm", "tokens_per_s", "padding_fraction", "num_loss_tokens",
                   "num_tokens", "peak_memory_mb")
-
-
-class KilledForTesting(RuntimeError):
-    """Raised after `kill_after_steps` optimizer steps, before that step's checkpoint, as a kill would."""
 
 
 @dataclass
@@ -74,23 +69,15 @@ def saved_steps(total_steps: int, checkpoint_every: int) -> list[int]:
 
 def last_committed_step(stage_key: str, stage: StageConfig, total_steps: int) -> int | None:
     """The step of the newest committed checkpoint of this stage key, or None."""
-    store = open_store()
-    return next((step for step in saved_steps(total_steps, stage.checkpoint_every)
-                 if store.exists(checkpoint_key(stage_key, stage.name, step))), None)
-
-
-@task(name="commit-checkpoint", retries=2, retry_delay_seconds=5, cache_policy=NONE)
-def commit_checkpoint(local_dir: str, key: str, config: dict[str, Any], extra: dict[str, Any]) -> str:
-    """Commit a checkpoint directory (manifest last) and return its URI."""
-    store = open_store()
-    store.commit(key, Path(local_dir), flow="sft", config=config, code_version=code_version(), extra=extra)
-    return store.uri(key)
+    steps = {checkpoint_key(stage_key, stage.name, step): step for step in saved_steps(total_steps, stage.checkpoint_every)}
+    key = newest_committed(steps)
+    return None if key is None else steps[key]
 
 
 @task(name="train-sft-stage", cache_policy=NONE)
 def train_sft_stage(
     stage: StageConfig, examples: list[SFTExample], start_dir: str, start_from: str, stage_key: str,
-    resume: bool, step_offset: int, kill_after_steps: int | None, run_id: str,
+    resume: bool, step_offset: int, run_id: str,
 ) -> StageOutcome:
     """Train (or skip, or continue) one stage from the checkpoint in `start_dir`.
 
@@ -100,7 +87,7 @@ def train_sft_stage(
 
     from passband.tasks import tracking
     from passband.training.model_source import load_causal_lm, load_tokenizer
-    from passband.training.sft.loop import data_fingerprint, train_stage
+    from passband.training.sft import loop
     from passband.training.sft.sampler import count_steps
 
     logger = get_run_logger()
@@ -117,8 +104,6 @@ def train_sft_stage(
         tracking.set_tags({f"stage.{stage.name}.status": "skipped"}, run_id)
         return StageOutcome(store.uri(final["key"]), "skipped", total_steps, 0, final["extra"]["loss"],
                             float("nan"), float("nan"))
-    if kill_after_steps is not None and kill_after_steps <= 0:
-        raise KilledForTesting(f"kill_after_steps reached before stage {stage.name!r}")
     resume_from = fetch_artifact(store.uri(checkpoint_key(stage_key, stage.name, last_step))) if last_step else None
     status = "resumed" if resume_from else "trained"
     tracking.set_tags({f"stage.{stage.name}.status": f"resumed from step {last_step}" if last_step else status}, run_id)
@@ -129,7 +114,7 @@ def train_sft_stage(
     tokenizer = load_tokenizer(Path(start_dir))
     record = {"steps_run": 0, "tokens_per_s": [], "loss": float("nan"), "peak_memory_mb": float("nan")}
     config = {"stage": stage.model_dump(mode="json"), "start_from": start_from,
-              "data_fingerprint": data_fingerprint(examples)}
+              "data_fingerprint": loop.data_fingerprint(examples)}
 
     def on_metrics(metrics: dict[str, float], step: int) -> None:
         tracking.log_metrics({name: metrics[name] for name in LOGGED_METRICS}, step=step_offset + step, run_id=run_id)
@@ -139,21 +124,16 @@ def train_sft_stage(
         record["steps_run"] += 1
         record["tokens_per_s"].append(metrics["tokens_per_s"])
         record["loss"], record["peak_memory_mb"] = metrics["loss"], metrics["peak_memory_mb"]
-        if kill_after_steps is not None and record["steps_run"] >= kill_after_steps:
-            raise KilledForTesting(f"killed after {record['steps_run']} steps (kill_after_steps), at "
-                                   f"stage {stage.name!r} step {step}, before its checkpoint")
 
     def on_checkpoint(path: Path, step: int) -> None:
         key = checkpoint_key(stage_key, stage.name, step)
         extra = {"stage": stage.name, "step": step, "total_steps": total_steps, "loss": record["loss"]}
-        commit_checkpoint(str(path), key, config, extra)
+        commit_checkpoint(str(path), key, "sft", config, extra)
         logger.info("stage %s: checkpoint step %d committed at %s", stage.name, step, store.uri(key))
         shutil.rmtree(path)  # committed; the local copy was only scratch
 
-    home = StackSettings.from_env().home
-    home.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="sft-checkpoints-", dir=home) as scratch:
-        train_stage(model, tokenizer, examples, stage, Path(scratch), resume_from=resume_from,
+    with scratch_dir("sft-checkpoints-") as scratch:
+        loop.train_stage(model, tokenizer, examples, stage, scratch, resume_from=resume_from,
                     on_metrics=on_metrics, on_checkpoint=on_checkpoint)
     del model
     gc.collect()

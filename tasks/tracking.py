@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import pyarrow
     from matplotlib.figure import Figure
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 PARAMS_PER_REQUEST = 100  # MLflow's log_batch limit on params
 METRICS_PER_REQUEST = 1000  # and on metrics
 
@@ -40,8 +41,10 @@ def configure(settings: StackSettings | None = None) -> str:
     mlflow.set_tracking_uri(settings.mlflow_uri)
     experiment = mlflow.get_experiment_by_name(settings.experiment)
     if experiment is None:
+        # The kind tag makes MLflow 3's UI open it as model training (not its GenAI view).
         experiment_id = mlflow.create_experiment(settings.experiment,
-                                                 artifact_location=settings.mlflow_artifact_root)
+                                                 artifact_location=settings.mlflow_artifact_root,
+                                                 tags={EXPERIMENT_KIND_TAG: "custom_model_development"})
     else:
         experiment_id = experiment.experiment_id
     mlflow.set_experiment(experiment_id=experiment_id)
@@ -179,3 +182,15 @@ def _run_id(run_id: str | None) -> str:
             " run_id= (Prefect runs tasks in worker threads, which do not see the flow's run)"
         )
     return active.info.run_id
+
+
+def run_url(run_id: str) -> str | None:
+    """The MLflow UI page of a run when the tracking server is reachable over HTTP, else None
+    (an embedded SQLite store has no UI until `passband up` serves it)."""
+    import mlflow
+
+    uri = mlflow.get_tracking_uri()
+    if not uri.startswith(("http://", "https://")):
+        return None
+    experiment_id = mlflow.get_run(run_id).info.experiment_id
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"

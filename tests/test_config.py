@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from passband.curation.catalog import task
 from passband.flows.config import ConfigError, deep_merge, parse_override, preset_names, resolve_config
 from passband.flows.sample import SampleConfig
 
@@ -65,3 +66,28 @@ def test_field_docstrings_become_descriptions() -> None:
     sampling = schema["$defs"]["SamplingConfig"]["properties"]
     assert sampling["n"]["description"] == "Samples per prompt."
     assert "description" in schema["properties"]["kl_subsample"]
+
+
+def test_recipe_presets_carry_the_published_settings():
+    """docs/recipe.md: GSPO (sequence ratio, sequence mean) with the reference's clip range, S = 2,
+    seq-MIS at C = 2, no KL; pass rates from n = 5, SFT selection from its own 16 samples. The
+    pipeline's recipe preset repeats rl/recipe and curate/recipe and must not drift from them."""
+    import warnings
+
+    from passband.flows.curate import CurateConfig
+    from passband.flows.pipeline import PipelineConfig
+    from passband.flows.rl import RLConfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the reference's clip range rarely binds at the sequence level: it warns
+        rl = resolve_config(RLConfig, "rl", "recipe")
+        pipeline = resolve_config(PipelineConfig, "pipeline", "recipe")
+    curate = resolve_config(CurateConfig, "curate", "recipe")
+    algo = rl.algo
+    assert (algo.level, algo.aggregation, algo.clip_low, algo.clip_high) == ("sequence", "seq_mean", 0.28, 0.40)
+    assert (algo.num_inner_steps, algo.correction, algo.correction_threshold, algo.kl_coef) == (2, "seq_mis", 2.0, 0.0)
+    assert (curate.pass_rate.n, curate.sft.selection_n) == (5, 16)
+    assert [str(t.default_band) for t in (task("math"), task("code"), task("ifeval"))] == ["(0, 0.8]", "(0, 0.8]", "(0, 0.4]"]
+    assert pipeline.rl.algo == rl.algo and pipeline.rl.reward == rl.reward
+    assert (pipeline.curate.pass_rate.n, pipeline.curate.sft.selection_n) == (5, 16)
+    assert pipeline.rl.datasets["math"] == "@recurate.rl_math"  # the pipeline's own wiring survives

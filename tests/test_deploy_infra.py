@@ -103,7 +103,7 @@ def test_every_flow_has_a_deployment_on_its_pool():
     spec = yaml.safe_load((INFRA / "prefect.yaml").read_text())
     placed = {(d["entrypoint"], d["work_pool"]["name"]) for d in spec["deployments"]}
     for name, (module, fn, _) in FLOWS.items():
-        entrypoint = f"{module.replace('.', '/')}.py:{fn}"
+        entrypoint = f"{module.removeprefix('passband.').replace('.', '/')}.py:{fn}"
         assert (entrypoint, "passband-process") in placed, name
     gpu = {d["entrypoint"] for d in spec["deployments"] if d["work_pool"]["name"] == "passband-gpu"}
     assert gpu == {"flows/sft.py:sft", "flows/rl.py:rl"}

@@ -11,14 +11,16 @@ import json
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.source import load_problems
 from passband.tasks.datasets import read_table
 from passband.tasks.passrate import LazyEngine, checkpoint_id, estimate_pass_rates
+from passband.training.engines import EngineConfig
 
 SAMPLING = {"n": 2, "top_k": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 12, "stop": [], "seed": 0,
             "engine_kind": "hf"}
-VERIFY = {"math": {"rule": "last_number"}}
-ENGINE = {"dtype": "float32", "seed": 0}
+VERIFY = VerifierSettings()  # math: plain answers, the last number
+ENGINE = EngineConfig(kind="hf", dtype="float32", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_pa
     # Run 1 crashes while verifying shard 2: the math verifier refuses the empty reference of its
     # second problem, whose 2 samples are the verifier's items 2 and 3.
     broken = [*rows[:3], {**rows[3], "reference": ""}]
-    first_engine = LazyEngine("hf", str(smollm2_dir), ENGINE)
+    first_engine = LazyEngine(ENGINE, str(smollm2_dir))
     with pytest.raises(ValueError, match="reference 2: reference is empty"):
         estimate(broken, first_engine)
     assert first_engine.num_generate_calls == 2  # both shards were sampled, only the first committed
@@ -49,13 +51,13 @@ def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_pa
     assert len(list((tmp_path / "artifacts" / "passrate").glob("*/manifest.json"))) == 1
 
     # Run 2 resumes: shard 1 is read back, only shard 2 is sampled.
-    engine = LazyEngine("hf", str(smollm2_dir), ENGINE)
+    engine = LazyEngine(ENGINE, str(smollm2_dir))
     resumed = estimate(rows, engine)
     assert (resumed.num_shards_reused, resumed.num_shards_computed, resumed.engine_calls) == (1, 1, 1)
     engine.close()
 
     # Run 3 is identical: no engine is even opened, and the numbers are the stored ones.
-    idle = LazyEngine("hf", str(smollm2_dir), ENGINE)
+    idle = LazyEngine(ENGINE, str(smollm2_dir))
     repeated = estimate(rows, idle)
     assert (repeated.num_shards_reused, repeated.engine_calls, idle.engine) == (2, 0, None)
     assert repeated.summaries == resumed.summaries
@@ -70,7 +72,7 @@ def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_pa
         assert summary["num_unparsable"] == statuses.count("unparsable")
 
     # Another sampling setting is another shard: nothing is reused.
-    other = estimate_pass_rates(rows[:2], LazyEngine("hf", str(smollm2_dir), ENGINE), tokenizer, checkpoint,
+    other = estimate_pass_rates(rows[:2], LazyEngine(ENGINE, str(smollm2_dir)), tokenizer, checkpoint,
                                 {**SAMPLING, "max_tokens": 8}, VERIFY, shard_size=2)
     assert (other.num_shards_reused, other.engine_calls) == (0, 1)
 
@@ -81,9 +83,11 @@ def _tiny_config(model_dir, **overrides):
     pool = {"num_problems": 5, "seed": 1}
     return CurateConfig.model_validate({
         "model": str(model_dir),
-        "math": {"source": {"suite": "math", "answer_format": "plain", **pool}, "eval_size": 2},
-        "code": {"source": {"suite": "code", **pool}, "eval_size": 2},
-        "ifeval": {"source": {"suite": "ifeval", "difficulty": "easy", **pool}, "eval_size": 2},
+        "tasks": {
+            "math": {"source": {"suite": "math", "answer_format": "plain", **pool}, "eval_size": 2},
+            "code": {"source": {"suite": "code", **pool}, "eval_size": 2},
+            "ifeval": {"source": {"suite": "ifeval", "difficulty": "easy", **pool}, "eval_size": 2},
+        },
         "engine": {"kind": "hf"},
         "pass_rate": {"n": 2, "max_tokens": 48, "shard_size": 3},
         "correction": {"max_problems": 1, "n": 2},

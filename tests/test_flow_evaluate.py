@@ -1,4 +1,4 @@
-"""Evaluation of the real SmolLM2 checkpoint: evaluate_checkpoint's report agrees with pass@k
+"""Evaluation of the real SmolLM2 checkpoint: evaluate()'s report agrees with pass@k
 recomputed by hand from its per-sample rows (math verdicts re-derived by an independent regex),
 eval sets resolve from dataset artifacts and suites, and (slow) the `evaluate` flow's smoke preset
 through the CLI commits its outputs with monotone pass@k curves."""
@@ -21,8 +21,11 @@ from prefect.testing.utilities import prefect_test_harness
 from passband.curation.suites.rows import rows_to_table
 from passband.flows.common_config import ProblemSource
 from passband.flows.evaluate import EvaluateConfig
-from passband.tasks.evaluation import eval_sets_from, evaluate_checkpoint, verifier_settings_for
-from passband.training.engines.protocol import SamplingSettings
+from passband.curation.catalog import VerifierSettings
+from passband.tasks.evaluation import eval_sets_from
+from passband.training.engines import EngineConfig, SamplingConfig, open_engine
+from passband.training.evaluation.evaluate import evaluate, evaluation_of
+from passband.training.model_source import load_tokenizer
 
 N = 3
 MATH_ROWS = [  # answers the model can reach in a few tokens, with its own phrasing
@@ -50,10 +53,12 @@ def evaluated(harness, smollm2_dir):
     # Up to 8 agents share this 2-core box: two spinning OpenMP threads in an oversubscribed
     # process made hf generate take >10 min where one thread takes ~1 min (measured).
     torch.set_num_threads(1)
-    return evaluate_checkpoint(
-        str(smollm2_dir), {"arith": MATH_ROWS, "follow": IFEVAL_ROWS},
-        SamplingSettings(n=N, temperature=1.0, max_tokens=24, seed=0), "hf", {"seed": 0},
-        verifier_settings_for("plain"))
+    engine = open_engine(EngineConfig(kind="hf", seed=0), smollm2_dir)
+    evaluation = evaluate(engine, {"arith": MATH_ROWS, "follow": IFEVAL_ROWS},
+                          SamplingConfig(n=N, temperature=1.0, max_tokens=24, seed=0), VerifierSettings(),
+                          load_tokenizer(smollm2_dir))
+    engine.close()
+    return evaluation.report, evaluation.rows
 
 
 def pass_at_k_by_comb(n: int, c: int, k: int) -> float:
@@ -116,12 +121,12 @@ def test_eval_sets_from_datasets_and_suites(harness, tmp_path, monkeypatch) -> N
         for i in range(3)
     ]
     uri = commit_table(rows_to_table(code_rows), "eval_code", "test", {})
-    sets = eval_sets_from({"code": uri}, {"humaneval": ProblemSource(suite="humaneval", num_problems=2).model_dump()},
+    sets = eval_sets_from({"code": uri}, {"humaneval": ProblemSource(suite="humaneval", num_problems=2)},
                           max_problems=2)
     assert sets["code"] == code_rows[:2]  # the reference dict survives the JSON-text column
     assert [row["id"] for row in sets["humaneval"]] == ["HumanEval/0", "HumanEval/1"]
     with pytest.raises(ValueError, match="both a dataset and a suite"):
-        eval_sets_from({"code": uri}, {"code": ProblemSource(suite="code").model_dump()})
+        eval_sets_from({"code": uri}, {"code": ProblemSource(suite="code")})
 
 
 def test_baseline_samples_are_reused_only_when_they_cover_the_eval_sets(evaluated, tmp_path, monkeypatch) -> None:
@@ -131,7 +136,7 @@ def test_baseline_samples_are_reused_only_when_they_cover_the_eval_sets(evaluate
     import pyarrow as pa
 
     from passband.tasks.datasets import commit_table
-    from passband.tasks.evaluation import earlier_model_rows, report_of
+    from passband.tasks.evaluation import earlier_model_rows
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     _, rows = evaluated
@@ -140,7 +145,7 @@ def test_baseline_samples_are_reused_only_when_they_cover_the_eval_sets(evaluate
     sets = {"arith": MATH_ROWS, "follow": IFEVAL_ROWS}
     reused = earlier_model_rows(uri, sets, N)
     assert reused == rows  # only the model's rows, every field as sampled
-    assert report_of(reused).metrics() == report_of(rows).metrics()
+    assert evaluation_of(reused).report.metrics() == evaluation_of(rows).report.metrics()
     with pytest.raises(ValueError, match=r"missing \[\('arith', 'm3'\)\]"):
         earlier_model_rows(uri, {**sets, "arith": [*MATH_ROWS, {**MATH_ROWS[0], "id": "m3"}]}, N)
     with pytest.raises(ValueError, match=r"extra \[\('follow', 'i1'\)\]"):
@@ -150,8 +155,8 @@ def test_baseline_samples_are_reused_only_when_they_cover_the_eval_sets(evaluate
 
 
 def test_verifier_settings_follow_the_answer_format() -> None:
-    assert verifier_settings_for("plain")["math"] == {"rule": "last_number"}
-    assert verifier_settings_for("boxed")["math"] == {"rule": "boxed"}
+    assert VerifierSettings().math.rule == "last_number"
+    assert VerifierSettings(math={"answer_format": "boxed"}).math.rule == "boxed"
 
 
 def test_config_refuses_inconsistent_settings() -> None:
@@ -210,3 +215,35 @@ def test_smoke_preset_through_the_cli(tmp_path: Path) -> None:
     artifacts = {a.path for folder in ("plots", "tables")
                  for a in MlflowClient().list_artifacts(summary["mlflow_run_id"], folder)}
     assert artifacts == {"plots/pass_at_k.png", "tables/eval_report.csv"}
+
+
+def test_the_fourth_task_evaluates_through_the_same_path(harness, smollm2_dir) -> None:
+    """`structured` (JSON output) exists only as its catalog file and registration line, yet the
+    one evaluate() samples, verifies and reports it like the others."""
+    import torch
+
+    from passband.curation.suites.source import ProblemSource
+
+    torch.set_num_threads(1)
+    rows = ProblemSource(suite="structured", num_problems=2, seed=9001).load().rows
+    engine = open_engine(EngineConfig(kind="hf", seed=0), smollm2_dir)
+    evaluation = evaluate(engine, {"json": rows}, SamplingConfig(n=2, temperature=0.6, max_tokens=48, seed=0),
+                          VerifierSettings(), load_tokenizer(smollm2_dir))
+    engine.close()
+    assert {row["task"] for row in evaluation.rows} == {"structured"} and len(evaluation.rows) == 4
+    decoder = json.JSONDecoder()
+    for row in evaluation.rows:
+        objects = []
+        for start in (i for i, ch in enumerate(row["text"]) if ch == "{"):
+            try:
+                objects.append(decoder.raw_decode(row["text"][start:])[0])
+            except json.JSONDecodeError:
+                continue
+        if row["status"] == "unparsable":  # no JSON object anywhere in the text
+            assert not any(isinstance(o, dict) for o in objects), row["text"]
+        if row["status"] == "pass":  # every asked field, with its value, in the first object
+            (fields,) = [r["reference"]["fields"] for r in rows if r["id"] == row["problem_id"]]
+            first = next(o for o in objects if isinstance(o, dict))
+            assert all(str(first[k]).lower() == str(v).lower() for k, v in fields.items()), row["text"]
+    passes = [sum(r["status"] == "pass" for r in evaluation.rows if r["problem_id"] == p["id"]) for p in rows]
+    assert evaluation.headline()["json/pass@1"] == pytest.approx(sum(c / 2 for c in passes) / 2)

@@ -24,10 +24,12 @@ def tiny_config(model_dir, lr: float) -> PipelineConfig:
     return PipelineConfig.model_validate({
         "model": str(model_dir),
         "curate": {
-            "math": {"source": {"suite": "math", "answer_format": "plain", **POOL}, "eval_size": 2, "band": "[0, 1]"},
-            "code": {"source": {"suite": "code", **POOL}, "eval_size": 2, "band": "[0, 1]"},
-            "ifeval": {"source": {"suite": "ifeval", "num_problems": 6, "difficulty": "easy"}, "eval_size": 2,
-                       "band": "[0, 1]"},
+            "tasks": {
+                "math": {"source": {"suite": "math", "answer_format": "plain", **POOL}, "eval_size": 2, "band": "[0, 1]"},
+                "code": {"source": {"suite": "code", **POOL}, "eval_size": 2, "band": "[0, 1]"},
+                "ifeval": {"source": {"suite": "ifeval", "num_problems": 6, "difficulty": "easy"}, "eval_size": 2,
+                           "band": "[0, 1]"},
+            },
             "pass_rate": {"n": 2, "max_tokens": 6, "shard_size": 8},
             "engine": ENGINE,
             "sft": {"enabled": False}, "correction": {"enabled": False}, "synthetic": {"enabled": False},
@@ -40,8 +42,8 @@ def tiny_config(model_dir, lr: float) -> PipelineConfig:
         },
         "rl": {
             "datasets": {"math": "@recurate.rl_math", "code": "@recurate.rl_code", "ifeval": "@recurate.rl_ifeval"},
-            "prompts_per_step": 3, "group_size": 2, "num_iterations": 1, "checkpoint_every": 0,
-            "sampling": {"max_tokens": 6}, "engine": ENGINE, "eval": None, "algo": {"lr": lr},
+            "prompts_per_step": 3, "num_iterations": 1, "checkpoint_every": 0,
+            "sampling": {"n": 2, "max_tokens": 6}, "engine": ENGINE, "eval": None, "algo": {"lr": lr},
         },
         "evaluate": {"suites": {}, "datasets": evals, "sampling": {"n": 2, "max_tokens": 6}, "engine": ENGINE},
         "registered_model": "tiny-reasoner",

@@ -15,7 +15,7 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.flows.rl import RewardConfig, RLConfig, RLEvalConfig, RolloutSampling, rl
+from passband.flows.rl import RewardConfig, RLConfig, RLEvalConfig, rl
 from passband.tasks.store import fetch_artifact
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.chat import encode_sft_example
@@ -47,8 +47,8 @@ def test_real_model_two_iterations(harness, smollm2_dir, tmp_path, monkeypatch):
         model=str(smollm2_dir),
         datasets={"math": ProblemSource(suite="math", num_problems=16, seed=3, difficulty=0),
                   "ifeval": ProblemSource(suite="ifeval", num_problems=16, seed=3, difficulty="easy")},
-        prompts_per_step=2, group_size=4, num_iterations=2, seed=0,
-        sampling=RolloutSampling(max_tokens=16), engine=EngineConfig(kind="hf"),
+        prompts_per_step=2, num_iterations=2, seed=0,
+        sampling=SamplingConfig(n=4, max_tokens=16), engine=EngineConfig(kind="hf"),
         algo=RLAlgoConfig(lr=1e-5, micro_batch_size=4), checkpoint_every=0,
         # 16 tokens cut most answers: score the cut text rather than mask it, so groups have signal.
         reward=RewardConfig(mask_truncated=False),
@@ -110,8 +110,8 @@ def _tiny_config(tmp, **overrides):
     return RLConfig(
         model=str(tmp / "digits"),
         datasets={"math": ProblemSource(suite=None, path=str(tmp / "train.jsonl"), task="math", num_problems=8)},
-        prompts_per_step=2, group_size=4, num_iterations=2, seed=7,
-        sampling=RolloutSampling(max_tokens=4), engine=EngineConfig(kind="hf"),
+        prompts_per_step=2, num_iterations=2, seed=7,
+        sampling=SamplingConfig(n=4, max_tokens=4), engine=EngineConfig(kind="hf"),
         algo=RLAlgoConfig(lr=1e-2, micro_batch_size=3), checkpoint_every=1,
         eval=RLEvalConfig(suites={"math": ProblemSource(suite=None, path=str(tmp / "eval.jsonl"), task="math")},
                           sampling=SamplingConfig(n=2, max_tokens=4), every=1),

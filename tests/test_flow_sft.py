@@ -15,12 +15,33 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 from passband.flows.sft import SFTConfig, WorkedMathSource, sft
-from passband.tasks.sft import KilledForTesting
 from passband.tasks.store import fetch_artifact, open_store
 from tiny_chat_model import tiny_llama, tiny_tokenizer
+from passband.training.sft import loop
 from passband.training.sft.config import StageConfig
 
 STAGE2_LR = 1e-4
+
+
+class KilledForTesting(RuntimeError):
+    """Raised after N optimizer steps, before that step's checkpoint, as a kill would."""
+
+
+def kill_after_steps(patch: pytest.MonkeyPatch, num_steps: int) -> None:
+    """The test seam: wrap the SFT loop so the Nth optimizer step of this run (across stages)
+    raises from its metrics callback, which the loop calls before that step's checkpoint."""
+    real_train_stage, done = loop.train_stage, [0]
+
+    def train_stage(*args, on_metrics, **kwargs):
+        def counted(metrics, step):
+            on_metrics(metrics, step)
+            done[0] += 1
+            if done[0] >= num_steps:
+                raise KilledForTesting(f"killed after {done[0]} steps, at step {step}, before its checkpoint")
+
+        return real_train_stage(*args, on_metrics=counted, **kwargs)
+
+    patch.setattr(loop, "train_stage", train_stage)
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +92,9 @@ def runs(harness, tmp_path_factory):
         full = sft(_config(model_dir, data_path))
         store_a = open_store()
         patch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp / "root_b"))
-        with pytest.raises(KilledForTesting):
-            sft(_config(model_dir, data_path, kill_after_steps=6))
+        with pytest.raises(KilledForTesting), pytest.MonkeyPatch.context() as killing:
+            kill_after_steps(killing, 6)
+            sft(_config(model_dir, data_path))
         store_b = open_store()
         killed_run_id = MlflowClient().search_runs(
             [MlflowClient().get_experiment_by_name("test-sft").experiment_id], "attributes.status = 'FAILED'")[0].info.run_id

@@ -98,3 +98,18 @@ def test_pass_at_k_figure_draws_interval_bands(tmp_path):
     assert not [c for c in plain.axes[0].get_children() if isinstance(c, PolyCollection)]
     with pytest.raises(ValueError, match="16 points but an interval of 2 lows"):
         pass_at_k_figure(pass_at_k_curves(reports), {"math": {"base": ([0.1, 0.2], [0.3, 0.4])}})
+
+
+def test_entropy_ceiling_figure_draws_points_fit_and_ceiling():
+    import math
+
+    from passband.tasks.plots import entropy_ceiling_figure
+
+    # R = 0.9 - 0.15 exp(H) exactly: the fitted line passes through every point, the ceiling is 0.75.
+    history = [(h, 0.9 - 0.15 * math.exp(h)) for h in (1.2, 1.0, 0.8, 0.5)]
+    axes = entropy_ceiling_figure(history).axes[0]
+    (points,) = axes.collections
+    assert len(points.get_offsets()) == 4
+    fit_line, ceiling = axes.lines
+    assert abs(fit_line.get_ydata()[0] - 0.75) < 1e-9  # the line at exp(H) = 1 reads the ceiling
+    assert abs(ceiling.get_ydata()[0] - 0.75) < 1e-9

@@ -40,7 +40,7 @@ def test_math_file_with_malformed_rows(tmp_path):
     assert quarantined[0]["reason"].startswith("bad JSON") and quarantined[0]["raw"] == "{not json"
     assert quarantined[1]["reason"] == "missing keys: reference"
     assert quarantined[2]["reason"] == "row must be a JSON object, got list"
-    assert "string or number" in quarantined[3]["reason"]
+    assert quarantined[3]["reason"].startswith("math reference must be a non-empty str")
     assert not (tmp_path / "out.jsonl.tmp").exists()
 
 

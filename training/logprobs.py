@@ -7,6 +7,7 @@ here the torch model recomputes the same quantity, chunk by chunk along tokens s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -72,3 +73,77 @@ def response_logprobs(
     mask = mask.to(device)
     logp = logp.masked_scatter(mask.bool(), flat)
     return ResponseLogprobs(logp=logp, mask=mask)
+
+
+@torch.no_grad()
+def sequence_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: list[list[int]],
+    temperature: float = 1.0,
+    micro_batch_size: int = 8,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> list[torch.Tensor]:
+    """Per-token log-probs `[len(response_i)]` (fp32, no grad) of every response given its prompt.
+
+    The one micro-batched scoring loop: perplexities (of traces, of another model's outputs) and
+    the engine/trainer mismatch are all computed from its output. Responses are scored
+    `micro_batch_size` at a time (one forward per micro-batch, right-padded), several times
+    faster on a CPU than one forward per sequence; the values do not depend on the grouping.
+    The model's training flag is restored afterwards (dropout off while scoring).
+    """
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    for index, (prompt, response) in enumerate(zip(prompt_ids, response_ids)):
+        if response and not prompt:
+            # The first response token is predicted from the last prompt position; none exists.
+            raise ValueError(f"prompt {index} is empty; it needs at least one token")
+    was_training = model.training
+    model.eval()
+    scored: list[torch.Tensor] = [torch.zeros(0) for _ in response_ids]
+    rows = [i for i, response in enumerate(response_ids) if response]  # empty responses have nothing to score
+    for start in range(0, len(rows), micro_batch_size):
+        chunk = rows[start : start + micro_batch_size]
+        out = response_logprobs(model, [prompt_ids[i] for i in chunk], [response_ids[i] for i in chunk],
+                                temperature, chunk_size)
+        for row, i in enumerate(chunk):
+            scored[i] = out.logp[row, : len(response_ids[i])].float().cpu()
+    model.train(was_training)
+    return scored
+
+
+def pooled_perplexity(logps: list[torch.Tensor]) -> float:
+    """exp(mean NLL per token) over all tokens of all sequences (a long one weighs more)."""
+    num_tokens = sum(len(lp) for lp in logps)
+    if num_tokens == 0:
+        raise ValueError("every response is empty, so perplexity is undefined")
+    return math.exp(-sum(float(lp.double().sum()) for lp in logps) / num_tokens)
+
+
+def sequence_perplexities(logps: list[torch.Tensor]) -> list[float]:
+    """exp(mean NLL per token) of each sequence (nan for an empty one)."""
+    return [math.exp(-float(lp.double().mean())) if len(lp) else float("nan") for lp in logps]
+
+
+def engine_trainer_kl(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: list[list[int]],
+    engine_logps: list[list[float]],
+    temperature: float = 1.0,
+    micro_batch_size: int = 8,
+) -> float:
+    """vllm_kl of sampled responses (docs/recipe.md section 5): mean over all response tokens of
+    exp(d) - d - 1 with d = log p_trainer - log p_engine, the trainer being `model` at the
+    engine's weights. Empty responses add no tokens."""
+    from passband.training.rl.mismatch import mismatch_kl
+
+    trainer = sequence_logprobs(model, prompt_ids, response_ids, temperature, micro_batch_size)
+    rows = [i for i, response in enumerate(response_ids) if response]
+    if not rows:
+        return 0.0
+    trainer_logp = torch.cat([trainer[i] for i in rows])[None, :]
+    engine_logp = torch.tensor([lp for i in rows for lp in engine_logps[i]], dtype=torch.float32)[None, :]
+    return mismatch_kl(trainer_logp, engine_logp, torch.ones_like(trainer_logp))

@@ -1,4 +1,4 @@
-"""Confidence intervals for pass@k over problems (RECIPE section 8; issue 17).
+"""Confidence intervals for pass@k over problems (docs/recipe.md section 8; issue 17).
 
 Samples are clustered within problems: the n samples of one problem share its pass rate, so
 treating the P * n samples as independent would give intervals far too narrow. The unit of

@@ -1,4 +1,4 @@
-"""Unbiased pass@k (Chen et al. 2021; RECIPE section 8), in the numerically stable product form.
+"""Unbiased pass@k (Chen et al. 2021; docs/recipe.md section 8), in the numerically stable product form.
 
 With n samples of which c are correct, pass@k = 1 - C(n-c, k) / C(n, k), the probability that
 k samples drawn without replacement include a correct one. The ratio of binomials is

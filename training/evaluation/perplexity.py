@@ -1,4 +1,4 @@
-"""Perplexity of one model on another model's outputs (RECIPE section 8).
+"""Perplexity of one model on another model's outputs (docs/recipe.md section 8).
 
 The base model's perplexity on the RL model's responses shows whether RL kept its outputs inside
 the base distribution: a value far above the base's perplexity on its own samples means the
@@ -7,11 +7,9 @@ candidate now writes text the base finds unlikely.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from passband.training.logprobs import response_logprobs
+from passband.training.logprobs import pooled_perplexity, sequence_logprobs, sequence_perplexities
 
 
 def perplexity_under(
@@ -25,31 +23,21 @@ def perplexity_under(
 
     The mean is over all response tokens of all pairs (a long response weighs more than a short
     one), so the value does not depend on `micro_batch_size`. Empty responses add no tokens.
-    Runs without grad and in eval mode; the model's training flag is restored afterwards.
     """
-    if len(prompt_ids) != len(response_ids):
-        raise ValueError(f"perplexity_under: {len(prompt_ids)} prompts but {len(response_ids)} responses")
-    if micro_batch_size < 1:
-        raise ValueError(f"perplexity_under: micro_batch_size must be >= 1, got {micro_batch_size}")
-    for index, prompt in enumerate(prompt_ids):
-        if not prompt:
-            # The first response token is predicted from the last prompt position; none exists.
-            raise ValueError(f"perplexity_under: prompt {index} is empty; it needs at least one token")
-    pairs = [(p, r) for p, r in zip(prompt_ids, response_ids) if r]
-    if not pairs:
-        raise ValueError("perplexity_under: every response is empty, so perplexity is undefined")
+    return pooled_perplexity(sequence_logprobs(model, prompt_ids, response_ids, temperature, micro_batch_size))
 
-    was_training = model.training
-    model.eval()
-    nll_sum = 0.0  # nats, summed over response tokens (float64 on the host: many micro-batches)
-    num_tokens = 0
-    with torch.no_grad():
-        for start in range(0, len(pairs), micro_batch_size):
-            batch = pairs[start : start + micro_batch_size]
-            scored = response_logprobs(
-                model, [p for p, _ in batch], [r for _, r in batch], temperature=temperature
-            )
-            nll_sum -= float((scored.logp.double() * scored.mask).sum())  # logp is 0 on padding
-            num_tokens += int(scored.mask.sum())
-    model.train(was_training)
-    return math.exp(nll_sum / num_tokens)
+
+def trace_perplexities(model: torch.nn.Module, tokenizer, prompts: list, completions: list[str],
+                       system: str | None = None, micro_batch_size: int = 8) -> list[float]:
+    """The student's perplexity on each SFT trace (docs/recipe.md section 2: a trace far from what
+    the student would write itself teaches it less). Tokens are exactly what SFT trains on
+    (training.chat): the response tokens and the end-of-turn token, given the chat-templated prompt;
+    the end-of-turn token also keeps every response non-empty."""
+    from passband.training.chat import encode_prompt
+
+    if len(prompts) != len(completions):
+        raise ValueError(f"trace_perplexities: {len(prompts)} prompts but {len(completions)} completions")
+    prompt_ids = [encode_prompt(tokenizer, prompt, system) for prompt in prompts]
+    response_ids = [tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                    for completion in completions]
+    return sequence_perplexities(sequence_logprobs(model, prompt_ids, response_ids, micro_batch_size=micro_batch_size))

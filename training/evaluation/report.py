@@ -1,4 +1,4 @@
-"""One checkpoint's evaluation report from its verified samples (RECIPE section 8).
+"""One checkpoint's evaluation report from its verified samples (docs/recipe.md section 8).
 
 Input rows are per-sample verdicts `{problem_id, task, subdomain, sample_index, status, score}`
 with n samples per problem; a sample counts as correct when its status is "pass". Each task and

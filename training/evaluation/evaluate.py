@@ -1,0 +1,88 @@
+"""One evaluation routine: a live engine on named held-out sets -> an `Evaluation` (docs/recipe.md section 8).
+
+The evaluate flow, SFT (before/after) and RL (before, every `eval.every`, after) all call
+`evaluate`; they differ only in which engine they pass (RL passes its own live engine, already
+at the current weights) and where they log. Eval sets are named lists of suite rows; the report
+groups by eval-set name, so `humaneval` and a procedural `code` set, both verified by the code
+verifier, get their own `humaneval/pass@1` and `code/pass@1`.
+
+Per-sample rows: {eval_set, problem_id, task (the row's own task: picks the verifier),
+subdomain, sample_index, status, score, detail, text, finish_reason, num_tokens, token_ids,
+prompt_token_ids}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from passband.curation.catalog import VerifierSettings
+from passband.curation.catalog.verify import verify_groups
+from passband.training.chat import render_prompt
+from passband.training.engines import RolloutEngine, SamplingConfig
+from passband.training.evaluation.report import EvalReport, build_report
+
+
+@dataclass
+class Evaluation:
+    """The report of one evaluation and the per-sample rows it was built from."""
+
+    report: EvalReport
+    """pass@k (with intervals) per eval set and sub-domain."""
+    rows: list[dict[str, Any]]
+    """One row per sample (see the module docstring)."""
+    set_names: list[str]
+    """The eval sets, in the order they were given."""
+
+    @property
+    def n(self) -> int:
+        """Samples per problem."""
+        return len(next(iter(self.report.curves().values())))
+
+    def headline(self) -> dict[str, float]:
+        """`<set>/pass@k` for every eval set and k = 1..n, and `mean/pass@k`, their unweighted
+        mean over the sets (what RL's `best_metric` and the pipeline's table read)."""
+        curves = self.report.curves()
+        out = {f"{name}/pass@{k}": curves[name][k - 1] for name in self.set_names for k in range(1, self.n + 1)}
+        for k in range(1, self.n + 1):
+            out[f"mean/pass@{k}"] = sum(curves[name][k - 1] for name in self.set_names) / len(self.set_names)
+        return out
+
+
+def evaluation_of(rows: list[dict[str, Any]]) -> Evaluation:
+    """An Evaluation of stored per-sample rows (e.g. an earlier evaluation's samples)."""
+    names = list(dict.fromkeys(row["eval_set"] for row in rows))
+    return Evaluation(build_report([{**row, "task": row["eval_set"]} for row in rows]), rows, names)
+
+
+def evaluate(
+    engine: RolloutEngine,
+    sets: dict[str, list[dict[str, Any]]],
+    sampling: SamplingConfig,
+    verifiers: VerifierSettings,
+    tokenizer: Any,
+    system_prompt: str | None = None,
+) -> Evaluation:
+    """Sample `sampling.n` completions per problem of every set with `engine`, verify each with
+    its problem's task verifier, and report pass@1..pass@n per set and sub-domain.
+
+    Prompts are rendered with `tokenizer`'s chat template, as in rollouts. One generate call
+    covers every set (the engine batches across sets) and one grouped verification every sample.
+    """
+    if not sets or any(not rows for rows in sets.values()):
+        raise ValueError(f"evaluate needs non-empty eval sets, got sizes { {name: len(rows) for name, rows in sets.items()} }")
+    problems = [(name, row) for name, rows in sets.items() for row in rows]
+    prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for _, row in problems]
+    samples = engine.generate(prompts, sampling)
+    verdicts = verify_groups([row["task"] for _, row in problems], [row["reference"] for _, row in problems],
+                             [[sample.text for sample in group] for group in samples], verifiers)
+    rows = [
+        {"eval_set": name, "problem_id": row["id"], "task": row["task"], "subdomain": row["subdomain"],
+         "sample_index": sample.sample_index, "status": verdict.status, "score": verdict.score,
+         "detail": verdict.detail, "text": sample.text, "finish_reason": sample.finish_reason,
+         "num_tokens": len(sample.token_ids), "token_ids": list(sample.token_ids),
+         "prompt_token_ids": list(sample.prompt_token_ids)}
+        for (name, row), group, results in zip(problems, samples, verdicts, strict=True)
+        for sample, verdict in zip(group, results, strict=True)
+    ]
+    return evaluation_of(rows)
