@@ -138,7 +138,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
 
     logger = get_run_logger()
     started = time.perf_counter()
-    with stage_run("rl", config, parent_run_id, run_control=RUN_CONTROL_FIELDS) as run:
+    with stage_run("rl", config, parent_run_id, run_control=RUN_CONTROL_FIELDS, system_metrics=True) as run:
         if run.cached is not None:
             logger.info("reusing the completed rl run %s", run.cached.mlflow_run_id)
             return run.cached
@@ -226,5 +226,8 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
             logger.info("rl: stopped after iteration %d of %d (max_iterations_this_run); rerun to continue",
                         state.iteration, config.num_iterations)
             return run.finish(outputs, metrics, status="partial")
-        log_model(outputs["best_checkpoint"], run_id)
+        card = (f"# passband RL checkpoint\n\nMulti-task RL (docs/recipe.md section 4) of `{config.model}` on "
+                f"{', '.join(sorted(problems))}, {state.iteration} iterations; the checkpoint with the best "
+                f"`{config.eval.best_metric if config.eval else 'final'}`: {outputs['best_checkpoint']}.\n")
+        log_model(outputs["best_checkpoint"], run_id, card)
         return run.finish(outputs, metrics)

@@ -127,6 +127,16 @@ def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: st
     return log_evaluation(evaluation, prefix, step, run_id)
 
 
+def _model_card(config: SFTConfig, metrics: dict[str, float]) -> str:
+    stages = "\n".join(f"- {stage.name}: {stage.num_steps or 'epochs'} steps on {', '.join(stage.datasets)}, "
+                        f"max_length {stage.max_length}, final loss {metrics.get(f'{stage.name}/final_loss', float('nan')):.4f}"
+                        for stage in config.stages)
+    held_out = "\n".join(f"- {k}: {v:.3f}" for k, v in sorted(metrics.items()) if k.startswith(("before/", "after/"))
+                          and k.endswith("/pass@1"))
+    return (f"# passband SFT checkpoint\n\nCurriculum SFT (docs/recipe.md section 3) of `{config.model}`.\n\n"
+            f"## Stages\n{stages}\n\n## Held-out pass@1\n{held_out or '- not evaluated'}\n")
+
+
 @flow(name="sft", flow_run_name="sft")
 def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Train the stages in order; outputs every stage's final checkpoint, the last as `checkpoint`."""
@@ -144,7 +154,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
 
     logger = get_run_logger()
     started = time.perf_counter()
-    with stage_run("sft", config, parent_run_id, run_control=RUN_CONTROL_FIELDS) as run:
+    with stage_run("sft", config, parent_run_id, run_control=RUN_CONTROL_FIELDS, system_metrics=True) as run:
         if run.cached is not None:
             logger.info("reusing the completed sft run %s", run.cached.mlflow_run_id)
             return run.cached
@@ -182,7 +192,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
 
         if config.eval is not None:
             metrics |= _evaluate(start_dir, eval_sets, config.eval, "after", step_offset, run_id)
-        log_model(start_from, run_id)
+        log_model(start_from, run_id, _model_card(config, metrics))
         if tokens_per_s:  # "train/" keeps them apart from the per-step series of the same names
             metrics["train/tokens_per_s"] = sum(tokens_per_s) / len(tokens_per_s)
             metrics["train/peak_memory_mb"] = peak_memory_mb

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from passband.tasks import tracking
-from passband.tasks.cache import find_completed, save_summary
+from passband.tasks import cache as stage_cache
 from passband.tasks.provenance import code_version, config_hash
 from passband.tasks.summary import RunSummary
 
@@ -46,7 +46,7 @@ class StageRun:
         summary = RunSummary(flow=self.flow, status=status, mlflow_run_id=self.run_id, outputs=outputs,
                              metrics=metrics)
         if status == "completed" and self.cache:
-            save_summary(self.cache_key, self.flow, self.resolved, summary.model_dump())
+            stage_cache.save_summary(self.cache_key, self.flow, self.resolved, summary.model_dump())
         publish_outputs(self.flow, self.run_id, outputs)
         return summary
 
@@ -84,7 +84,8 @@ def _identity_tags(resolved: dict[str, Any]) -> dict[str, str]:
 
 @contextmanager
 def stage_run(flow: str, config: BaseModel, parent_run_id: str | None = None, run_name: str | None = None,
-              run_control: frozenset[str] | set[str] = DEFAULT_RUN_CONTROL, cache: bool = True) -> Iterator[StageRun]:
+              run_control: frozenset[str] | set[str] = DEFAULT_RUN_CONTROL, cache: bool = True,
+              system_metrics: bool = False) -> Iterator[StageRun]:
     """Open the stage's MLflow run (FAILED on an exception), log the config, look up the cache.
 
     `run_control` names config fields that steer how a run proceeds (force, resume, ...), not
@@ -93,10 +94,10 @@ def stage_run(flow: str, config: BaseModel, parent_run_id: str | None = None, ru
     """
     tracking.configure()
     resolved = config.model_dump(mode="json")
-    with tracking.start_run(run_name or flow, parent_run_id=parent_run_id) as run_id:
+    with tracking.start_run(run_name or flow, parent_run_id=parent_run_id, system_metrics=system_metrics) as run_id:
         tracking.log_config(resolved, run_id)
         tracking.set_tags(_identity_tags(resolved), run_id)
-        cache_key, cached = find_completed(flow, resolved, run_control) if cache else ("", None)
+        cache_key, cached = stage_cache.find_completed(flow, resolved, run_control) if cache else ("", None)
         summary = None
         if cached is not None:
             summary = RunSummary(**cached)

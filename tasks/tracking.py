@@ -47,13 +47,15 @@ def configure(settings: StackSettings | None = None) -> str:
                                                  tags={EXPERIMENT_KIND_TAG: "custom_model_development"})
     else:
         experiment_id = experiment.experiment_id
+        if EXPERIMENT_KIND_TAG not in experiment.tags:  # made before passband tagged its experiments
+            mlflow.MlflowClient().set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, "custom_model_development")
     mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
 
 
 @contextmanager
 def start_run(name: str, nested: bool = False, tags: dict[str, str] | None = None,
-              parent_run_id: str | None = None) -> Iterator[str]:
+              parent_run_id: str | None = None, system_metrics: bool = False) -> Iterator[str]:
     """Run `name` as this thread's active run and yield its id; it ends FAILED on an exception.
 
     `nested=True` nests it under this thread's active run; `parent_run_id` nests it under a run
@@ -64,8 +66,9 @@ def start_run(name: str, nested: bool = False, tags: dict[str, str] | None = Non
     # A sub-flow runs in its parent flow's thread, where the parent's run is active: MLflow then
     # insists on nested=True (and checks that parent_run_id is that active run).
     nested = nested or (parent_run_id is not None and mlflow.active_run() is not None)
-    with mlflow.start_run(run_name=name, nested=nested, tags=tags,
-                          parent_run_id=parent_run_id) as run:
+    # system_metrics: CPU, memory (and GPU where present) sampled by MLflow while the run is open.
+    with mlflow.start_run(run_name=name, nested=nested, tags=tags, parent_run_id=parent_run_id,
+                          log_system_metrics=system_metrics) as run:
         yield run.info.run_id
 
 

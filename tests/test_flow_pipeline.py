@@ -99,6 +99,14 @@ def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:
     assert len(versions) == 3
     tags = versions[0].tags
     assert {"checkpoint_uri", "config_hash", "code_version", "dataset.rl_math"} <= set(tags)
+    # The champion alias names the newest registration, and the registered model loads and generates.
+    import mlflow.transformers
+
+    champion = client.get_model_version_by_alias("tiny-reasoner", "champion")
+    assert champion.version == max(v.version for v in versions)
+    generator = mlflow.transformers.load_model("models:/tiny-reasoner@champion")
+    out = generator("What is 2 + 3?", max_new_tokens=4, do_sample=False)[0]["generated_text"]
+    assert out.startswith("What is 2 + 3?") and len(out) > len("What is 2 + 3?")
     parent = client.get_run(first.mlflow_run_id)
     children = client.search_runs([parent.info.experiment_id],
                                   f"tags.mlflow.parentRunId = '{first.mlflow_run_id}'")

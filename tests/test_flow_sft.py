@@ -155,8 +155,11 @@ def test_metrics_and_tags_in_mlflow(runs):
     tags = client.get_run(run_id).data.tags
     assert (tags["stage.s1.start_step"], tags["stage.s1.end_step"], tags["stage.s2.start_step"]) == ("1", "4", "5")
     assert tags["model.checkpoint_uri"] == runs["full"].outputs["checkpoint"]
+    # An MLflow transformers model (MLmodel + the checkpoint's loadable files), no trainer state.
     logged = {item.path for item in client.list_artifacts(run_id, "model")}
-    assert "model/model.safetensors" in logged and "model/optimizer.pt" not in logged
+    assert {"model/MLmodel", "model/model"} <= logged
+    weights = {item.path for item in client.list_artifacts(run_id, "model/model")}
+    assert "model/model/model.safetensors" in weights and "model/model/optimizer.pt" not in weights
     assert runs["full"].metrics["s1/num_steps"] == 4.0
 
 

@@ -150,3 +150,36 @@ def test_empty_dataset_and_subflow_nesting(settings: StackSettings) -> None:
     child = client.get_run(child_id)
     assert child.data.tags["mlflow.parentRunId"] == parent_id
     assert [d.dataset.name for d in child.inputs.dataset_inputs] == ["removed"]
+
+
+def test_the_experiment_is_a_model_training_one_and_runs_say_what_produced_them(tmp_path, monkeypatch):
+    """MLflow 3's UI opens an experiment tagged custom_model_development as model training, not in its
+    GenAI view; every stage run carries the code version and config hash."""
+    import mlflow
+    from prefect import flow
+
+    from passband.flows.config import Config
+    from passband.tasks.provenance import code_version, config_hash
+    from passband.tasks.stage import stage_run
+
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
+    monkeypatch.setenv("PASSBAND_EXPERIMENT", "kind-test")
+
+    class Tiny(Config):
+        x: int = 1
+
+    @flow
+    def tiny_flow() -> str:
+        with stage_run("tiny", Tiny(), cache=False) as run:
+            return run.run_id
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=300):
+        run_id = tiny_flow()
+    experiment = mlflow.get_experiment_by_name("kind-test")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    tags = mlflow.get_run(run_id).data.tags
+    assert tags["passband.code_version"] == code_version()
+    assert tags["passband.config_hash"] == config_hash({"x": 1})
+    assert tags["prefect.flow_run_id"]
