@@ -12,6 +12,9 @@ import random
 from collections.abc import Hashable
 from fractions import Fraction
 
+from pydantic import Field
+
+from passband.curation.config import CurationConfig
 from passband.curation.rows import quarantine
 
 
@@ -130,3 +133,16 @@ def _subsample(rows: list, quota: int, seed: str) -> tuple[list, list]:
         [row for i, row in enumerate(rows) if i in chosen],
         [row for i, row in enumerate(rows) if i not in chosen],
     )
+
+
+class BalanceConfig(CurationConfig):
+    """Stratification over sub-domains and size alignment across tasks."""
+
+    stratify_key: str | None = "subdomain"
+    """Row column to stratify on (None: a uniform draw per task)."""
+    align_sizes: bool = True
+    """Subsample every task's RL set to the target size (no upsampling)."""
+    target_size: int | None = Field(None, ge=1)
+    """RL rows per task (times its weight); None: the smallest in-band task pool."""
+    seed: int = 0
+    """Seed of the draws."""

@@ -9,11 +9,11 @@ the dataset so that SFT stages and RL can pick by band.
 import math
 import re
 from fractions import Fraction
-
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from passband.curation.config import CurationConfig
 from passband.curation.rows import quarantine
 
 _INTERVAL = re.compile(r"^\s*([\(\[])\s*([^,\s]+)\s*,\s*([^\]\)\s]+)\s*([\)\]])\s*$")
@@ -211,3 +211,14 @@ def band_counts(rows: list[dict], column: str = "band", task_key: str = "task") 
         per_task = counts.setdefault(row[task_key], {})
         per_task[row[column]] = per_task.get(row[column], 0) + 1
     return counts
+
+
+class PrefilterConfig(CurationConfig):
+    """A cheap pre-filter on a pass-rate column the data already carries, before any rollout."""
+
+    column: str | None = None
+    """Column to filter on, e.g. "pass_rate_qwen" (None: no pre-filter)."""
+    band: Band = "(0, 10/16]"
+    """Kept interval of that column."""
+    keep_missing: bool = False
+    """Keep rows without the column (the rollouts decide about them) instead of removing them."""

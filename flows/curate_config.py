@@ -1,4 +1,5 @@
-"""The curate flow's config: pools, eval splits, pass-rate sampling, bands, balance, hygiene, SFT.
+"""The curate flow's config: pools, eval splits, pass-rate sampling, SFT selection; it composes the
+hygiene, balance and pre-filter configs that live beside their code in curation/.
 
 Defaults follow docs/recipe.md section 2 (bands: each catalog task's default_band; the SFT rule
 0 < npass < n); the presets size the pools for the demo model (docs/recipe.md section 10).
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from passband.flows.common_config import EngineConfig, ProblemSource
-from passband.curation.bands import Band
+from passband.curation.balance import BalanceConfig
+from passband.curation.bands import Band, PrefilterConfig
 from passband.curation.catalog import TaskName, VerifierSettings
+from passband.curation.hygiene import HygieneConfig
+from passband.flows.common_config import EngineConfig, ProblemSource
 from passband.flows.config import Config
-
 
 
 class TaskPool(Config):
@@ -49,47 +51,6 @@ class PassRateConfig(Config):
     """Extra stop strings."""
     shard_size: int = Field(16, ge=1)
     """Problems per stored shard: the unit of reuse when a run is repeated or resumed."""
-
-
-class PrefilterConfig(Config):
-    """A cheap pre-filter on a pass-rate column the data already carries, before any rollout."""
-
-    column: str | None = None
-    """Column to filter on, e.g. "pass_rate_qwen" (None: no pre-filter)."""
-    band: Band = "(0, 10/16]"
-    """Kept interval of that column."""
-    keep_missing: bool = False
-    """Keep rows without the column (the rollouts decide about them) instead of removing them."""
-
-
-class BalanceConfig(Config):
-    """Stratification over sub-domains and size alignment across tasks."""
-
-    stratify_key: str | None = "subdomain"
-    """Row column to stratify on (None: a uniform draw per task)."""
-    align_sizes: bool = True
-    """Subsample every task's RL set to the target size (no upsampling)."""
-    target_size: int | None = Field(None, ge=1)
-    """RL rows per task (times its weight); None: the smallest in-band task pool."""
-    seed: int = 0
-    """Seed of the draws."""
-
-
-class HygieneConfig(Config):
-    """Duplicate removal and decontamination of the training pools."""
-
-    near_dup_threshold: float = Field(0.8, gt=0, le=1)
-    """Prompt token-n-gram Jaccard at which a later prompt counts as a near duplicate."""
-    near_dup_ngram: int = Field(3, ge=1)
-    """n of the near-duplicate shingles (short prompts want a small n)."""
-    decontam_ngram: int = Field(10, ge=1)
-    """n of the decontamination n-grams."""
-    decontam_threshold: float = Field(0.6, gt=0, le=1)
-    """Fraction of an eval prompt's n-grams found in a training prompt that removes the latter.
-    Templated suites share instruction sentences; 10-grams at 0.6 leave those alone and catch
-    copies (measured on the demo pools: see the flow's removed/ counts)."""
-    against_humaneval: bool = True
-    """Also decontaminate against HumanEval's 164 prompts."""
 
 
 class SFTConfig(Config):

@@ -130,6 +130,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     from passband.tasks.evaluation import eval_sets_from, log_evaluation, run_evaluation
     from passband.tasks.model import resolve_model
     from passband.tasks.plots import entropy_ceiling_figure
+    from passband.tasks.progress import Progress
     from passband.tasks.registry import log_model
     from passband.tasks.rl import (checkpoint_uri, last_checkpoint_iteration, load_rl_problems, open_rl_trainer,
                                    prompt_key, save_rl_checkpoint)
@@ -178,6 +179,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
         stop_at = config.num_iterations
         if config.max_iterations_this_run is not None:
             stop_at = min(stop_at, state.iteration + config.max_iterations_this_run)
+        progress = Progress(f"rl iterations (of {config.num_iterations})", config.num_iterations, "iterations")
         with scratch_dir("rl-sync-") as scratch:
             for iteration in range(state.iteration + 1, stop_at + 1):
                 step_metrics = _iteration(config, trainer, engine, problems, iteration, scratch)
@@ -209,6 +211,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                 state.metrics |= step_metrics
                 tracking.log_metrics({k: v for k, v in step_metrics.items() if not k.startswith(("eval/", "after/"))},
                                      step=iteration, run_id=run_id)
+                progress.update(iteration)
                 if state.stopped_early:
                     break
         engine.close()

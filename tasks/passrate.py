@@ -28,6 +28,7 @@ from passband.curation.passrate import shard_key, split_into_shards, summarize_a
 from passband.curation.catalog import VerifierSettings
 from passband.curation.catalog.verify import verify_groups
 from passband.tasks.logs import run_logger
+from passband.tasks.progress import Progress
 from passband.tasks.provenance import code_version, config_hash, dependency_versions
 from passband.tasks.store import open_store
 from passband.training.engines import EngineConfig, RolloutEngine, Sample, SamplingConfig, open_engine
@@ -156,6 +157,7 @@ def estimate_pass_rates(
     key_settings = {**sampling, "system_prompt": system_prompt, "verify": verifiers.model_dump(mode="json"),
                     "dependencies": dependency_versions()}
     shards = split_into_shards(rows, shard_size)
+    progress = Progress(f"pass rates of {len(rows)} problems", len(shards), "shards")
     for index, shard in enumerate(shards):
         key = "passrate/" + shard_key([row["id"] for row in shard], checkpoint, key_settings, verifier_version())
         shard_start = time.perf_counter()
@@ -178,6 +180,7 @@ def estimate_pass_rates(
         result.summaries.extend(summaries)
         result.samples.extend(samples)
         result.shard_uris.append(open_store().uri(key))
+        progress.update(index + 1)
     result.engine_calls = engine.num_generate_calls - calls_before
     result.seconds = time.perf_counter() - start
     return result

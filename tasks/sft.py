@@ -23,6 +23,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from passband.tasks.checkpoints import commit_checkpoint, newest_committed, scratch_dir
+from passband.tasks.progress import Progress
 from passband.tasks.provenance import code_version, config_hash
 from passband.tasks.store import fetch_artifact, open_store
 from passband.training.sft.config import StageConfig
@@ -116,8 +117,11 @@ def train_sft_stage(
     config = {"stage": stage.model_dump(mode="json"), "start_from": start_from,
               "data_fingerprint": loop.data_fingerprint(examples)}
 
+    progress = Progress(f"sft stage {stage.name} steps", total_steps, "steps")
+
     def on_metrics(metrics: dict[str, float], step: int) -> None:
         tracking.log_metrics({name: metrics[name] for name in LOGGED_METRICS}, step=step_offset + step, run_id=run_id)
+        progress.update(step)
         logger.info("sft %s step %d/%d (global %d): loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f padding %.3f",
                     stage.name, step, total_steps, step_offset + step, metrics["loss"], metrics["lr"],
                     metrics["grad_norm"], metrics["tokens_per_s"], metrics["padding_fraction"])

@@ -82,6 +82,19 @@ def _identity_tags(resolved: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+def _tag_flow_run(run_id: str) -> None:
+    """The other direction: the Prefect flow run is tagged `mlflow-run:<id>`, so the Prefect UI
+    (and a filter on that tag) leads to the MLflow run."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    if not flow_run.id:
+        return
+    with get_client(sync_client=True) as client:
+        current = client.read_flow_run(flow_run.id)
+        client.update_flow_run(flow_run.id, tags=[*current.tags, f"mlflow-run:{run_id}"])
+
+
 @contextmanager
 def stage_run(flow: str, config: BaseModel, parent_run_id: str | None = None, run_name: str | None = None,
               run_control: frozenset[str] | set[str] = DEFAULT_RUN_CONTROL, cache: bool = True,
@@ -97,6 +110,7 @@ def stage_run(flow: str, config: BaseModel, parent_run_id: str | None = None, ru
     with tracking.start_run(run_name or flow, parent_run_id=parent_run_id, system_metrics=system_metrics) as run_id:
         tracking.log_config(resolved, run_id)
         tracking.set_tags(_identity_tags(resolved), run_id)
+        _tag_flow_run(run_id)
         cache_key, cached = stage_cache.find_completed(flow, resolved, run_control) if cache else ("", None)
         summary = None
         if cached is not None:

@@ -176,7 +176,13 @@ def test_the_experiment_is_a_model_training_one_and_runs_say_what_produced_them(
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=300):
-        run_id = tiny_flow()
+        state = tiny_flow(return_state=True)
+        run_id = state.result()
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            flow_run_tags = client.read_flow_run(state.state_details.flow_run_id).tags
+    assert f"mlflow-run:{run_id}" in flow_run_tags
     experiment = mlflow.get_experiment_by_name("kind-test")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     tags = mlflow.get_run(run_id).data.tags
