@@ -10,8 +10,11 @@ Reference formats:
 """
 
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+from tqdm import tqdm
 
 from passband.curation.verifiers.result import VerifyResult
 from passband.curation.verifiers.sandbox import SandboxLimits, SandboxOutcome, run_python
@@ -77,6 +80,9 @@ def reference_error(reference: object) -> str | None:
         return None
     return "reference has neither 'tests' nor 'cases'"
 
+PROGRESS_MIN_SAMPLES = 64
+"""Batches at least this large show a progress bar."""
+
 
 def verify_code(
     completions: list[str],
@@ -91,8 +97,15 @@ def verify_code(
         error = reference_error(reference)
         if error is not None:
             raise ValueError(f"reference {index}: {error}")
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        return list(pool.map(lambda pair: _verify_one(*pair, settings), zip(completions, references)))
+    # Sandboxed runs take ~0.1-1 s each: a bar on stderr (rate, ETA) for batches that take a while.
+    with ThreadPoolExecutor(max_workers=max_workers) as pool, tqdm(
+            total=len(completions), desc="verify code", unit="sample", file=sys.stderr, mininterval=5,
+            disable=len(completions) < PROGRESS_MIN_SAMPLES, leave=False) as bar:
+        results = []
+        for result in pool.map(lambda pair: _verify_one(*pair, settings), zip(completions, references)):
+            results.append(result)
+            bar.update()
+        return results
 
 
 def _verify_one(completion: str, reference: dict, settings: CodeSettings) -> VerifyResult:

@@ -82,7 +82,8 @@ class VLLMEngine:
             )
             for index in range(len(prompts))
         ]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        # vLLM's bar on stderr: prompts done, rate and ETA (stdout carries only the run's summary)
+        outputs = self.llm.generate(prompts, params, use_tqdm=True)
         batches = []
         for prompt_index, request in enumerate(outputs):
             samples = []
