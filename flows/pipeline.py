@@ -89,6 +89,22 @@ def headline_scores(table: dict[str, float], statistic: str, label: str) -> dict
             if key.startswith(f"{label}/") and key.count("/") == 2 and key.endswith(f"/{statistic}")}
 
 
+def table_rows(table: dict[str, float], statistic: str) -> list[dict[str, float | str | None]]:
+    """One row per eval set: each checkpoint's value and interval, each delta against base (None
+    where the table has no such entry)."""
+    rows = []
+    for name in sorted(headline_scores(table, statistic, CHECKPOINTS[0])):
+        row: dict[str, float | str | None] = {"eval_set": name}
+        for c in CHECKPOINTS:
+            for suffix in ("", "_ci_low", "_ci_high"):
+                row[f"{c}{suffix}"] = table.get(f"{c}/{name}/{statistic}{suffix}")
+            if c != CHECKPOINTS[0]:
+                for suffix in ("", "_ci_low", "_ci_high"):
+                    row[f"{c}_delta{suffix}"] = table.get(f"{c}/delta/{name}/{statistic}{suffix}")
+        rows.append(row)
+    return rows
+
+
 def format_table(table: dict[str, float], statistic: str) -> str:
     """Markdown: each checkpoint's value [95% interval], then each delta against base [interval],
     with `*` where the delta's interval excludes 0."""
@@ -127,7 +143,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     from passband.tasks import tracking
     from passband.tasks.provenance import code_version, config_hash
     from passband.tasks.registry import register_checkpoint
-    from passband.tasks.stage import publish_markdown, stage_run
+    from passband.tasks.stage import publish_markdown, publish_table, stage_run
 
     logger = get_run_logger()
     start = time.perf_counter()
@@ -165,6 +181,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         results = format_table(table, config.best_metric)
         logger.info("\n%s", results)
         publish_markdown(results, f"held-out {config.best_metric} of base, SFT and RL with 95% intervals and deltas")
+        publish_table(table_rows(table, config.best_metric),
+                      f"held-out {config.best_metric} per eval set: base, SFT, RL, deltas against base (95% intervals)")
 
         def mean_score(label: str) -> float:
             values = list(headline_scores(table, config.best_metric, label).values())

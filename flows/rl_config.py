@@ -88,7 +88,7 @@ class RLConfig(Config):
     system_prompt: str | None = None
     """System message for the chat template (None: the model's default)."""
     prompts_per_step: int = Field(8, ge=1)
-    """Prompts per outer iteration (P); the batch holds P x group_size rollouts."""
+    """Prompts per outer iteration (P); the batch holds P x sampling.n rollouts."""
     num_iterations: int = Field(10, ge=1)
     """Outer iterations (rollouts -> scoring -> algo.num_inner_steps updates -> weight sync)."""
     seed: int = 0

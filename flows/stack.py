@@ -48,6 +48,8 @@ def prepare_environment() -> StackSettings:
         os.environ.setdefault(key, value)
     if "PREFECT_API_URL" not in os.environ and _alive(settings, "prefect-server"):
         os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{PREFECT_PORT}/api"
+    if _alive(settings, "mlflow-ui"):  # runs link to the UI that serves this home's tracking store
+        os.environ.setdefault("PASSBAND_MLFLOW_UI_URL", f"http://127.0.0.1:{MLFLOW_PORT}")
     # vLLM and Prefect both print to stdout; the summary owns it (see below)
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "1")
     return settings
@@ -112,8 +114,11 @@ def start_services(worker: bool = False) -> dict[str, str]:
     bin_dir = Path(sys.executable).parent
     env = prefect_env(settings)
     prefect_url = f"http://127.0.0.1:{PREFECT_PORT}"
+    # The UI asks the API at PREFECT_UI_API_URL, which otherwise stays at port 4200 whatever port
+    # the server listens on (found by tests/test_browser.py: a blank page on any other port).
     _spawn(settings, "prefect-server",
-           [str(bin_dir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(PREFECT_PORT)], env)
+           [str(bin_dir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(PREFECT_PORT)],
+           {**env, "PREFECT_UI_API_URL": f"{prefect_url}/api"})
     artifact_root = settings.mlflow_artifact_root or (settings.home / "mlflow-artifacts").as_uri()
     # one worker: with several, uvicorn's supervisor kills any worker that misses a 5 s health ping,
     # which on a busy 2-core machine is every worker still importing mlflow, in a loop

@@ -58,6 +58,13 @@ def publish_markdown(text: str, description: str) -> None:
     create_markdown_artifact(text, description=description)
 
 
+def publish_table(rows: list[dict], description: str) -> None:
+    """A table artifact on the current Prefect flow run."""
+    from prefect.artifacts import create_table_artifact
+
+    create_table_artifact(rows, description=description)
+
+
 def publish_outputs(flow: str, run_id: str, outputs: dict[str, str]) -> None:
     """What the Prefect UI shows for the stage: its output URIs (markdown) and its MLflow run (link)."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact

@@ -188,12 +188,16 @@ def _run_id(run_id: str | None) -> str:
 
 
 def run_url(run_id: str) -> str | None:
-    """The MLflow UI page of a run when the tracking server is reachable over HTTP, else None
-    (an embedded SQLite store has no UI until `passband up` serves it)."""
+    """The MLflow UI page of a run: on the tracking server when it is reached over HTTP, else on
+    the UI `passband up` serves for this home (PASSBAND_MLFLOW_UI_URL); None when there is none."""
+    import os
+
     import mlflow
 
     uri = mlflow.get_tracking_uri()
     if not uri.startswith(("http://", "https://")):
+        uri = os.environ.get("PASSBAND_MLFLOW_UI_URL", "")
+    if not uri:
         return None
     experiment_id = mlflow.get_run(run_id).info.experiment_id
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"

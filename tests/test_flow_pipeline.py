@@ -4,6 +4,8 @@ table in the summary, and the best checkpoint in the MLflow registry."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from mlflow import MlflowClient
 from prefect.testing.utilities import prefect_test_harness
@@ -79,6 +81,18 @@ def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:
         first = pipeline(tiny_config(model_dir, lr=1e-4))
         assert sorted(completed) == ["curate", "curate", "evaluate", "evaluate", "evaluate", "rl", "sft"]
         assert generate_calls
+        # The Prefect UI shows the results: the final table (one row per eval set, values equal to
+        # the summary's), each evaluation's pass@k table, each stage's outputs.
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            artifacts = client.read_artifacts()
+        tables = [json.loads(a.data) if isinstance(a.data, str) else a.data for a in artifacts if a.type == "table"]
+        (final,) = [t for t in tables if t and "rl_delta" in t[0]]
+        assert sorted(row["eval_set"] for row in final) == ["code", "ifeval", "math"]
+        assert all(row["rl"] == first.metrics[f"rl/{row['eval_set']}/pass@1"] for row in final)
+        assert sum(1 for t in tables if t and "checkpoint" in t[0]) >= 3  # evaluate-base/sft/rl
+        assert any(a.type == "markdown" and "curate outputs" in a.data for a in artifacts)
 
         completed.clear()
         generate_calls.clear()

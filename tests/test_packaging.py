@@ -7,6 +7,7 @@ then imported from a directory that holds no checkout.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,8 +19,14 @@ ROOTS = ("flows", "tasks", "curation", "training")
 
 
 def test_wheel_installs_only_the_passband_namespace(tmp_path: Path) -> None:
+    # Built from a copy: setuptools builds in the source tree and would leave build/ in the checkout.
+    source = tmp_path / "source"
+    for root in ROOTS:
+        shutil.copytree(REPO / root, source / root, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path / "dist"), str(REPO)], check=True)
+                    "-w", str(tmp_path / "dist"), str(source)], check=True)
     (wheel,) = (tmp_path / "dist").glob("passband-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
 

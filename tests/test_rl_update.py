@@ -217,6 +217,22 @@ def test_k1_in_reward_is_not_rescaled_by_the_reward_std():
     assert torch.allclose(shaped, torch.tensor([0.95, 0.02, 1.0, -0.1]), atol=1e-6)
 
 
+@pytest.mark.parametrize("scale_by_std", [True, False])
+def test_k1_in_reward_advantages_scale_linearly_with_beta_in_an_equal_reward_group(scale_by_std):
+    # Rewards [1, 1, 1, 1]: the task advantage is 0, so A = -beta * (k1_seq - its group mean)
+    # exactly, at every beta. (Dividing the shaped rewards by their std, the old rule, gave
+    # advantages of size ~1 whatever beta: beta = 0.1 and 1e-3 were indistinguishable.)
+    trainer_logp = torch.tensor([[-1.0, -0.5], [-2.0, -1.0], [-0.7, -0.7], [-0.1, 0.0]])
+    ref_logp = torch.tensor([[-1.3, -0.7], [-1.8, -1.0], [-0.7, -0.7], [-1.1, -9.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    k1 = torch.tensor([0.5, -0.2, 0.0, 1.0])  # sums of logp - ref_logp over response tokens
+    for beta in (0.1, 1e-3):
+        cfg = RLAlgoConfig(kl_coef=beta, kl_placement="reward", kl_estimator="k1", scale_by_std=scale_by_std)
+        advantages, _ = advantages_with_kl(torch.ones(4), torch.ones(4, dtype=torch.bool), 4, cfg,
+                                           trainer_logp, ref_logp, mask)
+        assert torch.allclose(advantages, -beta * (k1 - k1.mean()), atol=1e-7)
+
+
 def test_k1_in_reward_gives_signal_to_a_zero_variance_group():
     # Equal verifier rewards: no gradient without KL; the KL-shaped rewards differ, so with it the
     # group trains. The reported penalty is checked against full-logits log-probs.
