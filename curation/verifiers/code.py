@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from passband.curation.verifiers.result import VerifyResult
+from passband.curation.verifiers.result import VerifyResult, check_batch
 from passband.curation.verifiers.sandbox import SandboxLimits, SandboxOutcome, run_python
 
 EXTRACT_MODES = ("entry_block", "last_block", "whole")
@@ -91,12 +91,7 @@ def verify_code(
     max_workers: int = 2,
 ) -> list[VerifyResult]:
     """One result per completion; samples run in parallel, at most max_workers sandboxes at once."""
-    if len(completions) != len(references):
-        raise ValueError(f"{len(completions)} completions but {len(references)} references")
-    for index, reference in enumerate(references):
-        error = reference_error(reference)
-        if error is not None:
-            raise ValueError(f"reference {index}: {error}")
+    check_batch(completions, references, reference_error)
     # Sandboxed runs take ~0.1-1 s each: a bar on stderr (rate, ETA) for batches that take a while.
     with ThreadPoolExecutor(max_workers=max_workers) as pool, tqdm(
             total=len(completions), desc="verify code", unit="sample", file=sys.stderr, mininterval=5,

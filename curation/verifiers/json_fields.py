@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from passband.curation.verifiers.result import VerifyResult
+from passband.curation.verifiers.result import VerifyResult, check_batch
 
 _DECODER = json.JSONDecoder()
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
@@ -55,12 +55,7 @@ def reference_error(reference: object) -> str | None:
 
 def verify_json(completions: list[str], references: list[dict]) -> list[VerifyResult]:
     """One result per completion; detail lists each key as "key=1" (right) or "key=0"."""
-    if len(completions) != len(references):
-        raise ValueError(f"{len(completions)} completions but {len(references)} references")
-    for index, reference in enumerate(references):
-        error = reference_error(reference)
-        if error is not None:
-            raise ValueError(f"reference {index}: {error}")
+    check_batch(completions, references, reference_error)
     results = []
     for completion, reference in zip(completions, references, strict=True):
         answer = extract_object(completion)
