@@ -1,14 +1,19 @@
 """Checkpoints as artifacts, for SFT and RL alike: scratch space, manifest-last commits, lookup.
 
-A trainer writes a checkpoint directory into scratch space under PASSBAND_HOME
+A trainer writes a checkpoint directory into scratch space under `<PASSBAND_HOME>/scratch`
 (training/checkpoint.py writes it under a temporary name first); `commit_checkpoint` commits it
 to the artifact store manifest-last, so a crash never leaves a checkpoint a rerun would read.
+A process killed with -9 cannot delete its scratch (an RL run leaves a copy of the model there),
+so each scratch dir is named after its process and the next one removes those of dead processes.
 Checkpoints are written at known steps, so the newest is found by probing keys newest first:
 the store needs no listing.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -23,13 +28,40 @@ from passband.tasks.settings import StackSettings
 from passband.tasks.store import open_store
 
 
+SCRATCH = "scratch"
+_OWNER = re.compile(r"-pid(\d+)-")
+
+
 @contextmanager
 def scratch_dir(prefix: str) -> Iterator[Path]:
-    """A temporary directory under PASSBAND_HOME (beside the artifacts, not in a small /tmp)."""
-    home = StackSettings.from_env().home
-    home.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=prefix, dir=home) as scratch:
+    """A temporary directory under <PASSBAND_HOME>/scratch (beside the artifacts, not in a small
+    /tmp), named `<prefix>pid<this pid>-...`; scratch left by dead processes is removed first."""
+    root = StackSettings.from_env().home / SCRATCH
+    root.mkdir(parents=True, exist_ok=True)
+    remove_orphaned_scratch(root)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}pid{os.getpid()}-", dir=root) as scratch:
         yield Path(scratch)
+
+
+def remove_orphaned_scratch(root: Path) -> list[str]:
+    """Delete the scratch dirs under `root` whose owning process no longer exists; their names."""
+    removed = []
+    for path in sorted(root.iterdir()):
+        owner = _OWNER.search(path.name)
+        if owner and not _process_exists(int(owner.group(1))):
+            shutil.rmtree(path)
+            removed.append(path.name)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by another user
+        return True
+    return True
 
 
 @task(name="commit-checkpoint", retries=2, retry_delay_seconds=5, cache_policy=NONE)
