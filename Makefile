@@ -9,7 +9,7 @@ CONSTRAINTS := constraints.txt
 TORCH := torch==2.13.0+cpu
 TORCH_INDEX := https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-slow install constraints
+.PHONY: demo test test-slow install constraints bench-venv
 demo: $(STAMP)
 	$(BIN)/passband run pipeline --preset demo
 
@@ -50,3 +50,11 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 constraints: $(STAMP)
 	{ sed -n '1,2p' $(CONSTRAINTS); $(BIN)/pip freeze --exclude-editable; } > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
+# TRL in a venv of its own for scripts/bench_rl_vs_trl.py (its pins need not agree with ours).
+# torch first and pinned, as above, so pip takes the CPU wheel rather than a CUDA build.
+bench-venv: .venv-trl/bin/trl
+.venv-trl/bin/trl:
+	$(PY) -m venv .venv-trl
+	.venv-trl/bin/pip install -q $$(cat $(VENV)/.torch-index 2>/dev/null) '$(TORCH)'
+	.venv-trl/bin/pip install -q trl==1.16.0 psutil

@@ -20,7 +20,7 @@ from prefect import flow
 
 from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig
 from passband.tasks.summary import RunSummary
-from passband.training.engines import RolloutEngine
+from passband.training.engines import EngineConfig, RolloutEngine
 from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.trainer import BestCheckpoint, RLState, RLTrainer
 
@@ -105,6 +105,20 @@ def _entropy_ceiling(config: RLConfig, state: RLState, metrics: dict[str, float]
             "entropy_ceiling/r2": fit.r2, "entropy_ceiling/stop_signal": float(stop)}
 
 
+def _engine_config(config: RLConfig, problems: dict[str, list[dict]], model_dir: str, tokenizer) -> EngineConfig:
+    """config.engine, its KV cache "batch" resolved to one rollout batch: P x G sequences of the
+    longest training prompt + max_tokens (the RAM it does not reserve is the trainer's)."""
+    if config.engine.kv_cache_gib != "batch":
+        return config.engine
+    from passband.training.engines.kv_cache import rollout_kv_cache_gib
+
+    gib = rollout_kv_cache_gib(Path(model_dir), config.engine.dtype, tokenizer,
+                               [row["prompt"] for rows in problems.values() for row in rows], config.system_prompt,
+                               config.prompts_per_step * config.group_size, config.sampling.max_tokens,
+                               config.engine.max_model_len)
+    return config.engine.model_copy(update={"kv_cache_gib": gib})
+
+
 def _seed(config: RLConfig, iteration: int) -> int:
     """The seed of iteration `iteration`'s rollouts and Clip-Cov choice."""
     return config.seed * 1_000_003 + iteration
@@ -162,7 +176,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
         state = trainer.state
         if last:
             logger.info("rl: resuming after iteration %d from %s", last, checkpoint_uri(run_key, last))
-        engine = open_engine(config.engine, trainer.weights_dir)
+        engine = open_engine(_engine_config(config, problems, model_dir, trainer.tokenizer), trainer.weights_dir)
 
         def evaluate(label: str, step: int) -> dict[str, float]:
             """The engine's current weights on the held-out sets (the same seed at every checkpoint)."""

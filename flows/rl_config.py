@@ -96,8 +96,8 @@ class RLConfig(Config):
     sampling: SamplingConfig = SamplingConfig(n=8, temperature=1.0, max_tokens=96)
     """How rollouts are sampled; `n` is G, the rollouts per prompt (advantages are relative to the
     prompt's group). The seed is set per iteration from `seed` (see the flow)."""
-    engine: EngineConfig = EngineConfig(kv_cache_gib=1.0)
-    """Rollout engine; it lives beside the fp32 trainer, so keep its KV cache small."""
+    engine: EngineConfig = EngineConfig(kv_cache_gib="batch")
+    """Rollout engine; it lives beside the trainer, so its KV cache holds one rollout batch and no more."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
     """The update: objective, clipping, inner steps, mismatch correction, KL, entropy options."""
     reward: RewardConfig = RewardConfig()

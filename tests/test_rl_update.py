@@ -48,10 +48,14 @@ def _batch(model, rewards, valid=None, num_prompts=2, group_size=4, seed=1, engi
 
 
 def _update(model, batch, lr=0.1, ref_model=None, **cfg):
-    """Copy the model, apply rl_update with plain SGD (update proportional to the gradient), return (copy, metrics)."""
+    """Copy the model, apply rl_update with plain SGD (update proportional to the gradient), return (copy, metrics).
+
+    fp32 unless a test asks otherwise: these identities are exact algebra, which bf16 rounding (its
+    GEMM blocking depends on the micro-batch's shape) would blur (bf16: tests/test_rl_precision.py)."""
     trained = copy.deepcopy(model)
     optimizer = torch.optim.SGD(trained.parameters(), lr=lr)
-    metrics = rl_update(trained, ref_model, optimizer, batch, RLAlgoConfig(**cfg), torch.Generator().manual_seed(0))
+    config = RLAlgoConfig(**{"precision": "fp32", **cfg})
+    metrics = rl_update(trained, ref_model, optimizer, batch, config, torch.Generator().manual_seed(0))
     return trained, metrics
 
 

@@ -6,7 +6,7 @@ no flow code); flows compose them into their own configs.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,10 +26,12 @@ class EngineConfig(BaseModel):
     memory_fraction: float = Field(0.3, gt=0, le=0.95)
     """vLLM `gpu_memory_utilization` (used when kv_cache_gib is null): the fraction of device
     memory (CPU backend: of RAM) for the engine's worker, weights and KV cache together."""
-    kv_cache_gib: float | None = Field(2.0, gt=0)
+    kv_cache_gib: Annotated[float, Field(gt=0)] | Literal["batch"] | None = 2.0
     """Fixed KV-cache size in GiB (null: size it from memory_fraction, the usual GPU choice).
-    2 GiB holds ~90K tokens of SmolLM2-135M's KV (23 KB/token in bf16), plenty for 64 sequences,
-    and leaves RAM to the trainer that runs beside the engine in RL."""
+    2 GiB holds ~90K tokens of SmolLM2-135M's KV (23 KB/token in bf16), plenty for 64 sequences.
+    "batch" (the RL flow's default): just what one rollout batch holds, P x G sequences of the
+    longest prompt + max_tokens (training/engines/kv_cache.py), resolved by the flow that knows
+    its batch; the RAM it does not reserve is the trainer's."""
     max_model_len: int = Field(1024, ge=64)
     """Longest prompt + completion the engine accepts (the flows' prompts + max_tokens fit in 1024;
     a longer window only reserves more per-sequence state)."""
@@ -40,6 +42,15 @@ class EngineConfig(BaseModel):
     call reseeds the sampler from `SamplingConfig.seed`."""
     cpu_threads_bind: str = "auto"
     """vLLM CPU backend: VLLM_CPU_OMP_THREADS_BIND ('auto' binds to the visible cores)."""
+    in_process: bool = False
+    """vLLM: run the engine core and its one worker inside this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    rather than in two processes of their own (0.8 and 2.0 GB RSS in the RL benchmark). Measured on the
+    RL benchmark (scripts/bench_rl_vs_trl.py): the process tree's peak fell only 0.2 GB (the trainer's
+    process grew by most of what the two processes held), rollouts got both cores (7-9 s instead of
+    10-13 s; in their own process vLLM's 'auto' binding leaves one core to the frontend), 33.8 instead
+    of 38.8 s per iteration. Off by default until the other flows are tested with it: in-process,
+    vLLM seeds torch's global RNG, caches its environment settings and disables torch.set_num_threads
+    in this process for its lifetime."""
     enforce_eager: bool = True
     """vLLM: skip graph capture. Faster start-up and needed on CPU; slower decode on GPU."""
 

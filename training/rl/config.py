@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.rl.kl import check_kl_placement, refuse_renamed_estimator
+from passband.training.sft.precision import PrecisionSetting
 
 # What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
 # are geometric means over the response, so they move ~1/sqrt(length) as much as token ratios:
@@ -78,6 +79,26 @@ class RLAlgoConfig(BaseModel):
     )
     logprob_chunk_size: int = Field(
         default=1024, gt=0, description="Tokens per chunk of the LM head in log-prob and entropy passes (memory O(chunk x vocab))."
+    )
+    precision: PrecisionSetting = Field(
+        default="auto",
+        description="Trainer forwards: 'bf16_autocast' runs the decoder's matmuls in bf16 over fp32 master weights, "
+        "gradients and AdamW state (the LM head and log-softmax stay fp32); pi_old and pi_theta are both computed in "
+        "it, so the first step's ratio is exactly 1. 'fp32': everything fp32. 'auto': bf16_autocast on CUDA and on "
+        "CPUs with native bf16 matmul (faster there: scripts/bench_rl_vs_trl.py), else fp32.",
+    )
+    attention: Literal["eager", "sdpa"] = Field(
+        default="eager",
+        description="The trainer's attention kernel: 'eager' forms [B, heads, T, T] scores and probabilities per "
+        "layer and keeps them for backward; 'sdpa' is torch's fused scaled_dot_product_attention (same log-probs to "
+        "~1e-6; with logprob_chunk_size=256 it trained slower on the 2-core CPU of scripts/bench_rl_vs_trl.py: "
+        "30-34 s against 22-28 s per update).",
+    )
+    activation_checkpointing: bool = Field(
+        default=False,
+        description="Recompute each decoder layer in backward instead of storing its activations: the micro-batch's "
+        "activations shrink to one layer's plus the layer inputs, for about one more forward of compute "
+        "(scripts/bench_rl_trainer_memory.py measures both).",
     )
 
     # Training-inference mismatch (docs/recipe.md section 5).

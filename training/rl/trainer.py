@@ -84,6 +84,13 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     weights_dir = Path(resume_dir or model_dir)
     # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
     model = load_causal_lm(weights_dir).eval()
+    model.set_attn_implementation(algo.attention)
+    if algo.activation_checkpointing:
+        # transformers checkpoints its decoder layers only in training mode: train() with every
+        # dropout probability set to 0 is as deterministic as eval().
+        _zero_dropout(model)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
     optimizer = build_optimizer(model, algo)
     state = RLState(consumed={name: 0 for name in tasks})
     if resume_dir is not None:
@@ -91,8 +98,20 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
         optimizer.load_state_dict(loaded.optimizer_state)
         restore_rng_state(loaded.rng_state)
         state = RLState.from_json(loaded.trainer_state)
-    ref_model = load_causal_lm(Path(model_dir)).eval().requires_grad_(False) if algo.kl_coef > 0 else None
+    ref_model = None
+    if algo.kl_coef > 0:
+        ref_model = load_causal_lm(Path(model_dir)).eval().requires_grad_(False)
+        ref_model.set_attn_implementation(algo.attention)
     return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state)
+
+
+def _zero_dropout(model: torch.nn.Module) -> None:
+    """Every dropout of `model` off, in any mode: nn.Dropout modules and attention dropout rates."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def save_trainer(trainer: RLTrainer, out_dir: Path) -> Path:

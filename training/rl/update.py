@@ -22,6 +22,10 @@ Memory: every pass goes micro-batch by micro-batch through `response_logprobs` (
 head), and entropy through `entropy_from_hidden` (chunked): no [tokens, vocab] logits exist for
 more than one chunk at a time. Dropout must be off in `model` (RL needs the trainer's
 log-probs at theta_k to be deterministic); this module does not change train/eval mode.
+
+Precision (cfg.precision): every trainer forward, the no-grad scoring pass and the inner steps
+alike, goes through `_forward_logprobs`, under bf16 autocast or in fp32; pi_old and pi_theta are
+therefore computed at the same precision and the first inner step's ratio is exactly 1.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import time
 import torch
 from torch import Tensor
 
-from passband.training.logprobs import pad_rows, response_logprobs
+from passband.training.logprobs import ResponseLogprobs, pad_rows, response_logprobs
 from passband.training.rl.advantages import group_advantages, zero_variance_groups
 from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
@@ -41,6 +45,7 @@ from passband.training.rl.kl import kl_reward_penalty
 from passband.training.rl.loss import LossInputs, LossSettings, compute_loss, loss_settings
 from passband.training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
 from passband.training.rl.rollout_metrics import rollout_metrics
+from passband.training.sft.precision import Precision, autocast_for, resolve_precision
 
 __all__ = ["LossInputs", "RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 
@@ -87,6 +92,17 @@ def _micro_batches(rows: list[int], size: int) -> list[list[int]]:
     return [rows[start : start + size] for start in range(0, len(rows), size)]
 
 
+def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[int], cfg: RLAlgoConfig,
+                      precision: Precision) -> ResponseLogprobs:
+    """The one trainer forward of RL: pi_old (scoring pass) and pi_theta (inner steps) both come from
+    here, so they share precision and chunking and the first step's ratio is exactly 1. Under bf16
+    autocast the decoder's matmuls run in bf16; the LM head and log-softmax stay fp32
+    (`logprobs_of_tokens`). Backward runs outside the autocast context, as torch prescribes."""
+    with autocast_for(precision, model.lm_head.weight.device):
+        return response_logprobs(model, [batch.prompt_ids[i] for i in chunk], [batch.response_ids[i] for i in chunk],
+                                 cfg.temperature, cfg.logprob_chunk_size)
+
+
 def _response_hidden(hidden: Tensor, prompt_ids: list[list[int]], response_ids: list[list[int]], width: int) -> Tensor:
     """[mb, width, H] final hidden states at the positions that predict each response token."""
     out = hidden.new_zeros(len(response_ids), width, hidden.shape[-1])
@@ -98,7 +114,8 @@ def _response_hidden(hidden: Tensor, prompt_ids: list[list[int]], response_ids: 
 
 @torch.no_grad()
 def _scoring_pass(
-    model: torch.nn.Module, batch: RolloutBatch, rows: list[int], width: int, cfg: RLAlgoConfig, with_entropy: bool
+    model: torch.nn.Module, batch: RolloutBatch, rows: list[int], width: int, cfg: RLAlgoConfig, with_entropy: bool,
+    precision: Precision,
 ) -> tuple[Tensor, Tensor]:
     """Log-probs and token entropy `[B, width]` (0 outside `rows`) of `model` at its current weights.
 
@@ -115,7 +132,7 @@ def _scoring_pass(
         captured: list[Tensor] = []
         handle = model.model.register_forward_hook(lambda _m, _args, out: captured.append(out.last_hidden_state))
         try:
-            out = response_logprobs(model, prompts, responses, cfg.temperature, cfg.logprob_chunk_size)
+            out = _forward_logprobs(model, batch, chunk, cfg, precision)
         finally:
             handle.remove()
         index = torch.tensor(chunk, device=device)
@@ -163,13 +180,12 @@ def _loss_inputs(
 
 
 def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, rows: list[int],
-                inputs: LossInputs, settings: LossSettings, cfg: RLAlgoConfig) -> dict[str, float]:
+                inputs: LossInputs, settings: LossSettings, cfg: RLAlgoConfig, precision: Precision) -> dict[str, float]:
     """One optimizer step on the fixed batch; returns its loss, grad norm and loss metrics."""
     optimizer.zero_grad(set_to_none=True)
     step_logp = torch.zeros_like(inputs.old_logp)  # [B, T] at this step's theta, for the metrics
     for chunk in _micro_batches(rows, cfg.micro_batch_size):
-        out = response_logprobs(model, [batch.prompt_ids[i] for i in chunk], [batch.response_ids[i] for i in chunk],
-                                cfg.temperature, cfg.logprob_chunk_size)
+        out = _forward_logprobs(model, batch, chunk, cfg, precision)
         index = torch.tensor(chunk, device=out.logp.device)
         compute_loss(out.logp, inputs.rows(index, out.logp.shape[1]), settings).loss.backward()
         step_logp[index, : out.logp.shape[1]] = out.logp.detach()
@@ -221,6 +237,7 @@ def rl_update(
         raise ValueError(f"kl_coef={cfg.kl_coef} needs a ref_model (the frozen reference policy)")
     metrics = rollout_metrics(batch)
     device = model.lm_head.weight.device
+    precision = resolve_precision(cfg.precision, device)
     engine_logp, response_mask = (t.to(device) for t in pad_rows(batch.engine_logp, torch.float32))
     width = response_mask.shape[1]
     scored_rows = [i for i in range(batch.num_rows) if batch.response_ids[i]]
@@ -233,9 +250,9 @@ def rl_update(
     # their own so the valid rows are chunked as in the inner steps: the first step's log-probs
     # then equal pi_old bit for bit (KL-Cov's |logp - old_logp| has a sign(float noise) gradient
     # at 0 otherwise, and micro-batch invariance would depend on where invalid rows sit).
-    trainer_logp, entropy = _scoring_pass(model, batch, valid_rows, width, cfg, with_entropy=True)
+    trainer_logp, entropy = _scoring_pass(model, batch, valid_rows, width, cfg, True, precision)
     invalid_rows = [i for i in scored_rows if not batch.valid[i]]
-    trainer_logp = trainer_logp + _scoring_pass(model, batch, invalid_rows, width, cfg, with_entropy=False)[0]
+    trainer_logp = trainer_logp + _scoring_pass(model, batch, invalid_rows, width, cfg, False, precision)[0]
     num_valid_tokens = valid_mask.sum().clamp(min=1)
     threshold, threshold_low = cfg.correction_bounds()
     correction = importance_weights(trainer_logp, engine_logp, valid_mask, cfg.correction, threshold, threshold_low)
@@ -248,7 +265,7 @@ def rl_update(
     })
     ref_logp = None
     if cfg.kl_coef > 0:
-        ref_logp, _ = _scoring_pass(ref_model, batch, valid_rows, width, cfg, with_entropy=False)
+        ref_logp, _ = _scoring_pass(ref_model, batch, valid_rows, width, cfg, False, precision)
         metrics["kl_ref_k1"] = float(((trainer_logp - ref_logp) * valid_mask).sum() / num_valid_tokens)
 
     # 2. Advantages. Zero-variance groups are counted on the verifier's rewards (the task
@@ -283,7 +300,7 @@ def rl_update(
     inputs = _loss_inputs(cfg, train_mask, advantages, trainer_logp, engine_logp, correction, ref_logp, generator)
     settings = loss_settings(cfg)
     train_start = time.perf_counter()
-    steps = [_inner_step(model, optimizer, batch, rows, inputs, settings, cfg) for _ in range(cfg.num_inner_steps)]
+    steps = [_inner_step(model, optimizer, batch, rows, inputs, settings, cfg, precision) for _ in range(cfg.num_inner_steps)]
     train_seconds = time.perf_counter() - train_start
     num_forward_tokens = sum(len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in rows)
     metrics.update(_summarize_steps(steps))

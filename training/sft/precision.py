@@ -1,4 +1,4 @@
-"""Mixed precision for SFT: bf16 autocast over fp32 master weights.
+"""Mixed precision for the trainers (SFT and RL): bf16 autocast over fp32 master weights.
 
 Parameters, gradients and AdamW moments stay fp32; inside `autocast_for` the matmuls (linear
 layers, attention) run in bf16, which halves their memory traffic and uses the bf16 units (CUDA
@@ -15,6 +15,8 @@ from typing import Literal
 import torch
 
 PrecisionSetting = Literal["auto", "fp32", "bf16_autocast"]
+Precision = Literal["fp32", "bf16_autocast"]
+"""A resolved setting."""
 
 
 def resolve_precision(setting: PrecisionSetting, device: torch.device) -> Literal["fp32", "bf16_autocast"]:
