@@ -19,11 +19,12 @@ from passband.flows.common_config import EngineConfig, ProblemSource, SamplingCo
 from passband.curation.catalog import VerifierSettings
 from passband.flows.config import Config
 from passband.tasks.summary import RunSummary
-from passband.training.sft.config import StageConfig
+from passband.training.sft.config import DistributedConfig, StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Settings that change how a run proceeds, not what it produces: left out of the cache key.
-RUN_CONTROL_FIELDS = {"force", "resume"}
+# Settings that change how a run proceeds, not what it produces: left out of the cache key
+# (`distributed`: N ranks give the one-process weights up to float summation order).
+RUN_CONTROL_FIELDS = {"force", "resume", "distributed"}
 
 
 class WorkedMathSource(Config):
@@ -80,6 +81,9 @@ class SFTConfig(Config):
     """Built-in data sources by name; only those a stage names are generated."""
     eval: SFTEvalConfig | None = None
     """Held-out evaluation before and after (None: skip)."""
+    distributed: DistributedConfig = DistributedConfig()
+    """Ranks per stage: nproc_per_node > 1 runs each stage's loop under torchrun (FSDP2), launched by
+    this flow, which keeps the MLflow logging and the checkpoint commits (tasks/sft_torchrun.py)."""
     resume: bool = True
     """Skip stages whose final checkpoint exists and continue a stage from its newest checkpoint;
     false retrains every stage from its start (replacing its checkpoints)."""
@@ -178,7 +182,8 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
             stage_refs = {name: refs[name] for name in stage.datasets}
             examples = stage_examples(stage, stage_refs, tokenizer, eval_prompts, run_id)
             key = sft_stage_key(stage, stage_refs, start_from, data_fingerprint(examples))
-            outcome = train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset, run_id)
+            outcome = train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset, run_id,
+                                      config.distributed.nproc_per_node)
             step_offset += outcome.total_steps
             metrics[f"{stage.name}/final_loss"] = outcome.final_loss
             metrics[f"{stage.name}/num_steps"] = float(outcome.total_steps)

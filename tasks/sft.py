@@ -78,15 +78,18 @@ def last_committed_step(stage_key: str, stage: StageConfig, total_steps: int) ->
 @task(name="train-sft-stage", cache_policy=NONE)
 def train_sft_stage(
     stage: StageConfig, examples: list[SFTExample], start_dir: str, start_from: str, stage_key: str,
-    resume: bool, step_offset: int, run_id: str,
+    resume: bool, step_offset: int, run_id: str, nproc_per_node: int = 1,
 ) -> StageOutcome:
     """Train (or skip, or continue) one stage from the checkpoint in `start_dir`.
 
     Metrics go to MLflow at global step `step_offset + stage step`; tags mark the stage's steps.
+    With nproc_per_node > 1 the loop runs under torchrun (tasks/sft_torchrun.py) and this process
+    logs and commits what rank 0 reports, through the same callbacks.
     """
     from prefect.logging import get_run_logger
 
     from passband.tasks import tracking
+    from passband.tasks.sft_torchrun import torchrun_stage
     from passband.training.model_source import load_causal_lm, load_tokenizer
     from passband.training.sft import loop
     from passband.training.sft.sampler import count_steps
@@ -111,8 +114,6 @@ def train_sft_stage(
     if resume_from:
         logger.info("stage %s: resuming from step %d (%s)", stage.name, last_step, resume_from)
 
-    model = load_causal_lm(Path(start_dir))
-    tokenizer = load_tokenizer(Path(start_dir))
     record = {"steps_run": 0, "tokens_per_s": [], "loss": float("nan"), "peak_memory_mb": float("nan")}
     config = {"stage": stage.model_dump(mode="json"), "start_from": start_from,
               "data_fingerprint": loop.data_fingerprint(examples)}
@@ -137,10 +138,14 @@ def train_sft_stage(
         shutil.rmtree(path)  # committed; the local copy was only scratch
 
     with scratch_dir("sft-checkpoints-") as scratch:
-        loop.train_stage(model, tokenizer, examples, stage, scratch, resume_from=resume_from,
-                    on_metrics=on_metrics, on_checkpoint=on_checkpoint)
-    del model
-    gc.collect()
+        if nproc_per_node > 1:
+            torchrun_stage(stage, examples, start_dir, resume_from, nproc_per_node, scratch, on_metrics, on_checkpoint)
+        else:
+            model = load_causal_lm(Path(start_dir))
+            loop.train_stage(model, load_tokenizer(Path(start_dir)), examples, stage, scratch,
+                             resume_from=resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
+            del model
+            gc.collect()
     return StageOutcome(store.uri(checkpoint_key(stage_key, stage.name, total_steps)), status, total_steps,
                         record["steps_run"], record["loss"], statistics.median(record["tokens_per_s"]),
                         record["peak_memory_mb"])

@@ -66,9 +66,12 @@ def start_run(name: str, nested: bool = False, tags: dict[str, str] | None = Non
     # A sub-flow runs in its parent flow's thread, where the parent's run is active: MLflow then
     # insists on nested=True (and checks that parent_run_id is that active run).
     nested = nested or (parent_run_id is not None and mlflow.active_run() is not None)
+    # A child opens in its parent's experiment, even from another process whose default differs
+    # (a pipeline stage placed on a work pool runs in a worker with the worker's settings).
+    experiment_id = None if parent_run_id is None else mlflow.MlflowClient().get_run(parent_run_id).info.experiment_id
     # system_metrics: CPU, memory (and GPU where present) sampled by MLflow while the run is open.
     with mlflow.start_run(run_name=name, nested=nested, tags=tags, parent_run_id=parent_run_id,
-                          log_system_metrics=system_metrics) as run:
+                          experiment_id=experiment_id, log_system_metrics=system_metrics) as run:
         yield run.info.run_id
 
 

@@ -54,7 +54,9 @@ def _torchrun(config, tmp_path, name):
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines[-1] == {"checkpoint": str(config.out_dir / "step_000004"), "num_steps": 4}
-    return {line["step"]: line for line in lines[:-1]}
+    saved = [line for line in lines[:-1] if "checkpoint_saved" in line]  # rank 0 announces each checkpoint
+    assert [line["step"] for line in saved] == sorted({2, 4} - ({2} if config.resume_from else set()))
+    return {line["step"]: line for line in lines[:-1] if "loss" in line}
 
 
 def test_two_ranks_match_one_process(tmp_path, monkeypatch):

@@ -70,3 +70,16 @@ class StageConfig(BaseModel):
                 "the longest example must fit in a step"
             )
         return self
+
+
+class DistributedConfig(BaseModel):
+    """How many processes train each stage: one, or torchrun ranks under FSDP2 (training/sft/distributed.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nproc_per_node: int = Field(
+        default=1, ge=1,
+        description="Ranks on this machine. 1 trains in the flow's own process; N > 1 has the flow launch "
+        "`torchrun --standalone --nproc_per_node N` (one GPU per rank on CUDA, gloo ranks on CPU). The result "
+        "is the one-process result up to float summation order, so it is not part of any cache key.",
+    )

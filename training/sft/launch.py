@@ -13,11 +13,17 @@ the flow does for a dataset named by a local .jsonl/.parquet chat file (training
 training.sft.data). What the flow adds and this leaves out, so that every rank runs the same
 plain code: artifact URIs and generated data (fetch or export them to local files first),
 eval decontamination, MLflow and the artifact store; metrics are JSON lines on rank 0's stdout.
+
+The sft flow launches this module itself when `distributed.nproc_per_node > 1` (tasks/sft_torchrun.py):
+it passes the examples it has already read, mixed, decontaminated and encoded as an `examples`
+file, and reads rank 0's stdout: one line per step (`{"step": 3, "loss": ...}`), one per checkpoint
+written (`{"checkpoint_saved": path, "step": 2}`), and the last (`{"checkpoint": path, "num_steps": 4}`).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from pathlib import Path
@@ -30,7 +36,7 @@ from passband.training.model_source import load_causal_lm, load_tokenizer
 from passband.training.sft.config import StageConfig
 from passband.training.sft.data import encode_rows, mix_stage_rows
 from passband.training.sft.distributed import rank
-from passband.training.sft.loop import MetricsCallback, TrainResult, train_stage
+from passband.training.sft.loop import CheckpointCallback, MetricsCallback, TrainResult, train_stage
 from passband.training.sft.packing import SFTExample
 from passband.training.sft.sources import read_chat_rows
 
@@ -47,7 +53,19 @@ class LaunchConfig(BaseModel):
     resume_from: Path | None = None
     """A checkpoint of this same stage (same name, seed and data) to continue from."""
     stage: StageConfig
-    """The stage; its `datasets` keys are local .jsonl/.parquet chat files."""
+    """The stage; its `datasets` keys are local .jsonl/.parquet chat files (unless `examples` is set)."""
+    examples: Path | None = None
+    """Already-encoded examples to train on (JSON lines written by `save_examples`) instead of reading
+    `stage.datasets`: the flow reads, mixes and decontaminates its data once and hands every rank the same."""
+
+
+def save_examples(path: Path, examples: list[SFTExample]) -> None:
+    """One JSON line per example: {"input_ids": [...], "loss_mask": [...]}."""
+    path.write_text("".join(json.dumps({"input_ids": e.input_ids, "loss_mask": e.loss_mask}) + "\n" for e in examples))
+
+
+def load_examples(path: Path) -> list[SFTExample]:
+    return [SFTExample(**json.loads(line)) for line in path.read_text().splitlines()]
 
 
 def local_stage_examples(stage: StageConfig, tokenizer) -> list[SFTExample]:
@@ -68,13 +86,21 @@ def print_metrics(metrics: dict[str, float], step: int) -> None:
     print(json.dumps({"step": step, **metrics}), flush=True)
 
 
-def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics) -> TrainResult:
+def print_checkpoint(path: Path, step: int) -> None:
+    print(json.dumps({"checkpoint_saved": str(path), "step": step}), flush=True)
+
+
+def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics,
+        on_checkpoint: CheckpointCallback | None = print_checkpoint) -> TrainResult:
     """Load, encode and train; under torchrun every rank calls this with the same config."""
     tokenizer = load_tokenizer(config.model)
-    examples = local_stage_examples(config.stage, tokenizer)
+    if config.examples is not None:
+        examples = load_examples(config.examples)
+    else:
+        examples = local_stage_examples(config.stage, tokenizer)
     model = load_causal_lm(config.model)
     return train_stage(model, tokenizer, examples, config.stage, config.out_dir,
-                       resume_from=config.resume_from, on_metrics=on_metrics)
+                       resume_from=config.resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,6 +111,12 @@ def main(argv: list[str] | None = None) -> None:
     if rank() == 0:
         print(json.dumps({"checkpoint": str(result.last_checkpoint), "num_steps": result.num_steps}), flush=True)
     if torch.distributed.is_initialized():
+        # Free the sharded model (its DTensors hold the process group) and let every rank arrive
+        # before the group goes: a gloo group torn down by interpreter finalization instead, with
+        # a peer already gone, aborted a rank (SIGABRT, "terminate called without an active
+        # exception") in a flow-launched run.
+        gc.collect()
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
