@@ -142,21 +142,55 @@ def runs(limit: int, as_json: bool) -> None:
 
 @main.command()
 @click.option("--worker", is_flag=True, help="Also start a Prefect worker on the local process pool.")
-def up(worker: bool) -> None:
+@click.option("--task-workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also start N Prefect task workers for sampling.workers=task_workers (a GPU or a core share each).")
+@click.option("--stack", type=click.Choice(["local", "postgres"]), default="local", show_default=True,
+              help="postgres: infra/docker-compose.yaml's stack from source, without Docker (PostgreSQL, Prefect,"
+                   " MLflow, moto's S3 server for MinIO) under PASSBAND_HOME/stack; prints the settings to export.")
+def up(worker: bool, task_workers: int, stack: str) -> None:
     """Start the local Prefect server and MLflow UI in the background; print their URLs."""
+    if stack == "postgres":
+        _up_postgres_stack(worker or bool(task_workers))
+        return
     from passband.flows.stack import start_services
 
-    for name, url in start_services(worker=worker).items():
+    urls = start_services(worker=worker)
+    for name, url in urls.items():
         click.echo(f"{name}: {url}")
+    if task_workers:
+        from passband.flows.task_workers import start_task_workers
+
+        for name in start_task_workers(task_workers, f"{urls['prefect']}/api"):
+            click.echo(f"{name}: serving sample-shard-job")
 
 
 @main.command()
 def down() -> None:
     """Stop the services `passband up` started."""
     from passband.flows.stack import stop_services
+    from passband.flows.stack_postgres import open_home_stack, stack_root
+    from passband.tasks.settings import StackSettings
 
-    for name in stop_services():
+    home = StackSettings.from_env().home
+    stopped = stop_services()
+    if stack_root(home).is_dir():  # `passband up --stack postgres` ran here
+        stopped += open_home_stack(home).stop()
+    for name in stopped:
         click.echo(f"stopped {name}")
+
+
+def _up_postgres_stack(with_workers: bool) -> None:
+    """`passband up --stack postgres`: start the stack, print its URLs and the settings file."""
+    from passband.flows.stack_postgres import open_home_stack
+    from passband.tasks.settings import StackSettings
+
+    if with_workers:
+        raise click.UsageError("--worker and --task-workers start workers for the local stack only")
+    stack = open_home_stack(StackSettings.from_env().home)
+    stack.start()
+    for service in ("prefect", "mlflow", "s3"):
+        click.echo(f"{service}: {stack.url(service)}")
+    click.echo(f"settings: set -a; . {stack.root / 'stack.env'}; set +a")
 
 
 @main.command()

@@ -147,7 +147,9 @@ def stop_services() -> list[str]:
     """Terminate the process groups we started; return the names stopped."""
     settings = StackSettings.from_env()
     stopped = []
-    for name in ("prefect-worker", "mlflow-ui", "prefect-server"):
+    from passband.flows.task_workers import task_worker_names
+
+    for name in [*task_worker_names(settings), "prefect-worker", "mlflow-ui", "prefect-server"]:
         path = _pid_file(settings, name)
         if _alive(settings, name):
             _terminate_group(int(path.read_text()))

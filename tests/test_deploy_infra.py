@@ -53,7 +53,7 @@ def test_compose_defaults_equal_stack_env(stack_env):
 
 def test_compose_services_health_and_order(compose):
     services = compose["services"]
-    assert set(services) == {"postgres", "minio", "create-buckets", "prefect-server", "mlflow"}
+    assert set(services) == {"postgres", "minio", "create-buckets", "prefect-server", "mlflow", "task-worker"}
     for name, service in services.items():
         for target in service.get("depends_on", {}):
             assert target in services, f"{name} depends on missing {target}"
@@ -74,7 +74,7 @@ def test_compose_databases_and_buckets(compose, stack_env):
     assert services["postgres"]["environment"]["POSTGRES_DB"] == "prefect"
     mlflow_args = services["mlflow"]["command"].split()
     mlflow_db = urlparse(mlflow_args[mlflow_args.index("--backend-store-uri") + 1])
-    assert (mlflow_db.scheme, mlflow_db.hostname, mlflow_db.path) == ("postgresql", "postgres", "/mlflow")
+    assert (mlflow_db.scheme, mlflow_db.hostname, mlflow_db.path) == ("postgresql+psycopg", "postgres", "/mlflow")
     assert "CREATE DATABASE mlflow;" in (INFRA / "postgres-init.sql").read_text()
     # both buckets written to exist after the one-shot: MLflow's destination and passband's root
     created = set(re.findall(r"stack/(\w+)", services["create-buckets"]["entrypoint"][-1]))
