@@ -64,7 +64,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
         model_dir = resolve_model(config.model)
         student = checkpoint_id(config.model, model_dir)
         tokenizer = load_tokenizer(model_dir)
-        engine = LazyEngine(config.engine, model_dir)
+        engine = LazyEngine(config.engine, model_dir, config.model, config.sampling)
         sampling = _sampling_key(config, config.pass_rate.n, config.pass_rate.top_k, config.pass_rate.temperature)
         verifiers = config.verifiers()
         bands = DifficultyBands(edges=tuple(config.difficulty_edges), labels=tuple(config.difficulty_labels))

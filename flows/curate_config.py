@@ -15,6 +15,7 @@ from passband.curation.catalog import TaskName, VerifierSettings
 from passband.curation.hygiene import HygieneConfig
 from passband.flows.common_config import EngineConfig, ProblemSource
 from passband.flows.config import Config
+from passband.tasks.shard_dispatch import SamplingWorkersConfig
 
 
 class TaskPool(Config):
@@ -124,6 +125,8 @@ class CurateConfig(Config):
     """Pass-rate sampling."""
     engine: EngineConfig = EngineConfig()
     """Rollout engine for pass rates, corrections and synthetic responses."""
+    sampling: SamplingWorkersConfig = SamplingWorkersConfig()
+    """Where those shards are sampled: the flow's own engine or Prefect task workers."""
     prefilter: PrefilterConfig = PrefilterConfig()
     """Optional pre-filter on a carried pass-rate column."""
     difficulty_edges: list[float] = [0.0, 0.3, 0.7, 1.0]

@@ -63,7 +63,7 @@ def build_sft_sets(
         teacher_dir = resolve_model(config.teacher)
         teacher_id = checkpoint_id(config.teacher, teacher_dir)
         teacher_tokenizer = load_tokenizer(teacher_dir)
-        teacher_engine = LazyEngine(config.engine, teacher_dir)
+        teacher_engine = LazyEngine(config.engine, teacher_dir, config.teacher, config.sampling)
 
     if config.correction.enabled:
         for task_name, rows in train.items():

@@ -6,7 +6,9 @@ per-problem summary and the per-sample rows, is committed as the artifact
 ref + hash of its weights' manifest), the sampling settings and the verifier version. Before
 sampling a shard its key is looked up: a committed shard is read back, not recomputed, so a
 repeated run does no sampling and a crashed run resumes at the first missing shard. The engine
-is opened only when some shard is missing (LazyEngine), and counts its generate calls.
+is opened only when some shard is missing (LazyEngine), and counts its generate calls. With
+`sampling.workers = task_workers` the missing shards are sampled and committed by Prefect task
+workers instead (tasks/shard_dispatch.py), and the flow reads them back like stored ones.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from passband.curation.catalog.verify import verify_groups
 from passband.tasks.logs import run_logger
 from passband.tasks.progress import Progress
 from passband.tasks.provenance import code_version, config_hash, dependency_versions
+from passband.tasks.shard_dispatch import SamplingWorkersConfig
 from passband.tasks.store import open_store
 from passband.training.engines import EngineConfig, RolloutEngine, Sample, SamplingConfig, open_engine
 
@@ -82,9 +85,17 @@ class LazyEngine:
     Opening vLLM costs ~1 minute here, so a run whose shards are all stored never opens it.
     """
 
-    def __init__(self, config: EngineConfig, model_dir: str) -> None:
+    def __init__(self, config: EngineConfig, model_dir: str, model_ref: str | None = None,
+                 workers: SamplingWorkersConfig = SamplingWorkersConfig()) -> None:
+        if workers.workers == "task_workers" and model_ref is None:
+            raise ValueError("sampling.workers = task_workers needs the model's ref (name, URI or "
+                             "directory) for the workers to open; pass model_ref")
         self.config = config
         self.model_dir = model_dir
+        self.model_ref = model_ref
+        """The checkpoint as the flow names it: what a task worker resolves and opens."""
+        self.workers = workers
+        """Where missing shards are sampled: this engine (`local`) or Prefect task workers."""
         self.engine: RolloutEngine | None = None
         self.num_generate_calls = 0
         """How many times generate reached the engine (the count a reuse test asserts on)."""
@@ -157,22 +168,33 @@ def estimate_pass_rates(
     key_settings = {**sampling, "system_prompt": system_prompt, "verify": verifiers.model_dump(mode="json"),
                     "dependencies": dependency_versions()}
     shards = split_into_shards(rows, shard_size)
+    keys = ["passrate/" + shard_key([row["id"] for row in shard], checkpoint, key_settings, verifier_version())
+            for shard in shards]
+    manifest_configs = [{"checkpoint": checkpoint, **key_settings, "problem_ids": [row["id"] for row in shard],
+                         "verifier_version": verifier_version()} for shard in shards]
+    missing = [index for index, key in enumerate(keys) if not open_store().exists(key)]
+    if missing and engine.workers.workers == "task_workers":
+        from passband.tasks.shard_dispatch import run_on_task_workers
+        from passband.tasks.shard_job import ShardJob
+
+        jobs = [ShardJob(key=keys[index], rows=shards[index], model_ref=engine.model_ref, engine=engine.config,
+                         sampling=shard_sampling(sampling, keys[index]), verifiers=verifiers,
+                         system_prompt=system_prompt, manifest_config=manifest_configs[index])
+                for index in missing]
+        run_on_task_workers(jobs, engine.workers)
     progress = Progress(f"pass rates of {len(rows)} problems", len(shards), "shards")
-    for index, shard in enumerate(shards):
-        key = "passrate/" + shard_key([row["id"] for row in shard], checkpoint, key_settings, verifier_version())
+    for index, (shard, key) in enumerate(zip(shards, keys)):
         shard_start = time.perf_counter()
-        if open_store().exists(key):
+        if index not in missing or engine.workers.workers == "task_workers":
+            # stored by an earlier run, or just committed by a task worker
             summaries, samples = load_shard(key)
-            result.num_shards_reused += 1
-            run_logger().info("shard %d/%d: reusing %s", index + 1, len(shards), key)
+            result.num_shards_reused += index not in missing
+            result.num_shards_computed += index in missing
+            run_logger().info("shard %d/%d: reading %s", index + 1, len(shards), key)
         else:
-            # Seeded by the shard's own key (its problems, model, settings): its samples do not
-            # depend on which shards ran before it, nor on which process ran it.
-            shard_sampling = {**sampling, "seed": int(key.rsplit("/", 1)[1][:12], 16)}
-            summaries, samples = sample_shard(shard, engine, tokenizer, shard_sampling, verifiers, system_prompt)
-            commit_shard(key, summaries, samples, {"checkpoint": checkpoint, **key_settings,
-                                                   "problem_ids": [row["id"] for row in shard],
-                                                   "verifier_version": verifier_version()})
+            summaries, samples = sample_shard(shard, engine, tokenizer, shard_sampling(sampling, key),
+                                              verifiers, system_prompt)
+            commit_shard(key, summaries, samples, manifest_configs[index])
             result.num_shards_computed += 1
             run_logger().info("shard %d/%d: sampled %d problems in %.0f s (%.1f problems/s; %d to go)",
                                   index + 1, len(shards), len(shard), time.perf_counter() - shard_start,
@@ -184,6 +206,12 @@ def estimate_pass_rates(
     result.engine_calls = engine.num_generate_calls - calls_before
     result.seconds = time.perf_counter() - start
     return result
+
+
+def shard_sampling(sampling: dict[str, Any], key: str) -> dict[str, Any]:
+    """The sampling settings of one shard, seeded by the shard's own key (its problems, model,
+    settings): its samples do not depend on which shards ran before it, nor on which process ran it."""
+    return {**sampling, "seed": int(key.rsplit("/", 1)[1][:12], 16)}
 
 
 @task(name="sample-shard", cache_policy=NONE)

@@ -45,7 +45,12 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, model_dir: Path, config: EngineConfig = EngineConfig()):
+        if config.kv_cache_gib == "batch":
+            raise ValueError("kv_cache_gib='batch' is resolved by the RL flow from its batch; give the engine a "
+                             "number of GiB (or null for memory_fraction)")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu_threads_bind)
+        if config.in_process:  # read by vLLM when the LLM is built (then cached by its engine core)
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
         self.config = config
@@ -82,6 +87,11 @@ class VLLMEngine:
             )
             for index in range(len(prompts))
         ]
+        # Prefix blocks cached by earlier calls would shorten this call's prefills, and another
+        # prefill shape can change the logits' last bits: the samples would then depend on which
+        # calls ran before (a pass-rate shard's on which task worker ran it). Within the call the
+        # n samples of a prompt still share its blocks.
+        self.llm.reset_prefix_cache()
         # vLLM's bar on stderr: prompts done, rate and ETA (stdout carries only the run's summary)
         outputs = self.llm.generate(prompts, params, use_tqdm=True)
         batches = []
