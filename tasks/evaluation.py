@@ -51,22 +51,24 @@ def eval_sets_from(
     return sets
 
 
-def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any]]], n: int) -> list[dict[str, Any]]:
-    """The evaluated model's per-sample rows from an earlier evaluation's `samples` artifact,
-    checked to hold exactly n samples of every problem in `eval_sets` and nothing else."""
+def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any]]], n: int,
+                       label: str = "model") -> list[dict[str, Any]]:
+    """The evaluated model's per-sample rows (those of checkpoint `label`: `k_curve/model` for its
+    k-curve subset) from an earlier evaluation's `samples` artifact, checked to hold exactly n
+    samples of every problem in `eval_sets` and nothing else."""
     from collections import Counter
 
     from passband.tasks.datasets import read_table
 
     rows = [{k: v for k, v in row.items() if k != "checkpoint"}
-            for row in read_table(samples_uri).to_pylist() if row["checkpoint"] == "model"]
+            for row in read_table(samples_uri).to_pylist() if row["checkpoint"] == label]
     have = Counter((row["eval_set"], row["problem_id"]) for row in rows)
     want = {(name, problem["id"]): n for name, problems in eval_sets.items() for problem in problems}
     if have != want:
         missing = sorted(want.keys() - have.keys())[:3]
         extra = sorted(have.keys() - want.keys())[:3]
         miscounted = sorted(key for key in want.keys() & have.keys() if have[key] != n)[:3]
-        raise ValueError(f"baseline_samples {samples_uri} do not match these eval sets with n={n}: "
+        raise ValueError(f"baseline_samples {samples_uri} ({label!r} rows) do not match these eval sets with n={n}: "
                          f"missing {missing}, extra {extra}, sample count differs for {miscounted} "
                          "(first 3 of each); evaluate the baseline again instead")
     return rows
@@ -120,7 +122,8 @@ def perplexities_on_samples(
 def commit_evaluation(evaluations: dict[str, Evaluation], eval_sets: dict[str, list[dict]], datasets: dict[str, str],
                       resolved: dict, run_id: str) -> dict[str, str]:
     """Report table (Parquet artifact, CSV in MLflow, a table in the Prefect UI), samples (Parquet),
-    pass@k plot with interval bands (PNG); returns the `report` and `samples` URIs."""
+    pass@k plot with interval bands (PNG; the `k_curve/...` evaluations in a second one,
+    `plots/k_curve.png`); returns the `report` and `samples` URIs."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
@@ -148,6 +151,12 @@ def commit_evaluation(evaluations: dict[str, Evaluation], eval_sets: dict[str, l
     tracking.log_dataset(samples_uri, "eval_samples", "output", samples_table, run_id)
     create_table_artifact([{k: v for k, v in row.items() if not isinstance(v, list)} for row in report_table.to_pylist()],
                           description="pass@k per checkpoint, eval set and sub-domain, with 95% intervals")
-    tracking.log_figure(pass_at_k_figure(pass_at_k_curves(reports), pass_at_k_intervals_by_task(reports)),
-                        "plots/pass_at_k.png", run_id)
+    # the k-curve subset (labels `k_curve/...`, many samples on few problems) gets its own figure
+    main = {label: report for label, report in reports.items() if not label.startswith("k_curve/")}
+    k_curve = {label.removeprefix("k_curve/"): report for label, report in reports.items()
+               if label.startswith("k_curve/")}
+    for figure_reports, path in ((main, "plots/pass_at_k.png"), (k_curve, "plots/k_curve.png")):
+        if figure_reports:
+            tracking.log_figure(pass_at_k_figure(pass_at_k_curves(figure_reports),
+                                                 pass_at_k_intervals_by_task(figure_reports)), path, run_id)
     return {"report": report_uri, "samples": samples_uri}

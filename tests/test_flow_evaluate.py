@@ -170,6 +170,8 @@ def test_config_refuses_inconsistent_settings() -> None:
         EvaluateConfig(suites={})
     with pytest.raises(ValueError, match="baseline_samples needs baseline"):
         EvaluateConfig(baseline_samples="file:///x")
+    with pytest.raises(ValueError, match=r"k_curve.sets names \['nope'\]"):
+        EvaluateConfig(k_curve={"sets": ["math", "nope"]})
 
 
 @pytest.mark.slow
@@ -195,15 +197,23 @@ def test_smoke_preset_through_the_cli(tmp_path: Path) -> None:
     settings = StackSettings.from_env({"PASSBAND_HOME": str(tmp_path / "home")})
     report = pq.read_table(fetch_artifact(summary["outputs"]["report"], settings=settings) / "data.parquet").to_pylist()
     samples = pq.read_table(fetch_artifact(summary["outputs"]["samples"], settings=settings) / "data.parquet")
-    assert samples.num_rows == 2 * 2 * (6 + 4 + 4)  # two checkpoints x n=2 x problems
+    # two checkpoints x (n=2 x problems + the k-curve's n=16 x its first 2 problems of each set)
+    assert samples.num_rows == 2 * (2 * (6 + 4 + 4) + 16 * 2 * 3)
     curves: dict[tuple, list[tuple[int, float]]] = {}
     for row in report:
         curves.setdefault((row["checkpoint"], row["task"], row["subdomain"]), []).append((row["k"], row["pass_at_k"]))
-    assert {key[0] for key in curves} == {"model", "baseline"}
+    assert {key[0] for key in curves} == {"model", "baseline", "k_curve/model", "k_curve/baseline"}
     for key, points in curves.items():
         values = [value for _, value in sorted(points)]
-        assert [k for k, _ in sorted(points)] == [1, 2]
+        assert [k for k, _ in sorted(points)] == list(range(1, 17 if key[0].startswith("k_curve/") else 3))
         assert values == sorted(values), key  # pass@k never falls as k grows
+    # the baseline is the model itself: the same weights and per-request seeds on the same live
+    # engine draw the same samples, so the k-curves coincide and the call is "no call"
+    for name in ("math", "code", "ifeval"):
+        for k in (1, 2, 4, 8, 16):
+            assert metrics[f"k_curve/{name}/pass@{k}"] == metrics[f"k_curve/baseline/{name}/pass@{k}"]
+            assert metrics[f"k_curve/delta/{name}/pass@{k}"] == 0.0
+        assert metrics[f"k_curve/{name}/direction"] == 0.0 and metrics[f"k_curve/{name}/num_problems"] == 2
     model_curve = dict(curves[("model", "math", None)])
     assert model_curve[1] == pytest.approx(metrics["math/pass@1"])
 
@@ -214,7 +224,7 @@ def test_smoke_preset_through_the_cli(tmp_path: Path) -> None:
     mlflow.set_tracking_uri(settings.mlflow_uri)
     artifacts = {a.path for folder in ("plots", "tables")
                  for a in MlflowClient().list_artifacts(summary["mlflow_run_id"], folder)}
-    assert artifacts == {"plots/pass_at_k.png", "tables/eval_report.csv"}
+    assert artifacts == {"plots/pass_at_k.png", "plots/k_curve.png", "tables/eval_report.csv"}
 
 
 def test_the_fourth_task_evaluates_through_the_same_path(harness, smollm2_dir) -> None:

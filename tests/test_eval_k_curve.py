@@ -1,0 +1,121 @@
+"""Sharpening or expansion (training/evaluation/k_curve.py): pass@k up to k = n against brute-force
+enumeration of k-subsets, the ks, the metrics of a hand-computed case, and the direction call on
+simulated evaluations where the truth is known."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from passband.training.evaluation.k_curve import (DIRECTION_CODES, KCurveConfig, curve_ks, direction,
+                                                  k_curve_markdown, k_curve_metrics, k_curve_subset)
+from passband.training.evaluation.paired import paired_delta_curve
+from passband.training.evaluation.pass_at_k import pass_at_k, per_problem_pass_at_k
+from passband.training.evaluation.report import build_report, compare_rows
+
+N = 16
+
+
+def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
+    """The definition itself: the fraction of k-subsets of n samples (the first c correct) that
+    hold at least one correct sample."""
+    subsets = list(combinations(range(n), k))
+    return sum(any(i < c for i in subset) for subset in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("c", [0, 1, 2, 5, 8, 15, 16])
+def test_pass_at_k_up_to_n_matches_enumeration(c: int) -> None:
+    for k in curve_ks(N):
+        expected = brute_force_pass_at_k(N, c, k)
+        assert pass_at_k(N, c, k) == pytest.approx(expected, abs=1e-12), (c, k)
+        assert per_problem_pass_at_k(N, np.array([c]))[0, k - 1] == pytest.approx(expected, abs=1e-12), (c, k)
+
+
+def test_curve_ks() -> None:
+    assert curve_ks(16) == [1, 2, 4, 8, 16]
+    assert curve_ks(20) == [1, 2, 4, 8, 16, 20]
+    assert curve_ks(1) == [1]
+    with pytest.raises(ValueError):
+        curve_ks(0)
+
+
+def test_config_refuses_a_short_curve() -> None:
+    with pytest.raises(ValueError, match="greater than or equal to 16"):
+        KCurveConfig(n=8)
+
+
+def test_subset_keeps_the_first_problems_of_every_set() -> None:
+    sets = {"a": [{"id": i} for i in range(5)], "b": [{"id": i} for i in range(2)]}
+    assert k_curve_subset(sets, KCurveConfig(problems=3)) == {"a": [{"id": 0}, {"id": 1}, {"id": 2}],
+                                                              "b": [{"id": 0}, {"id": 1}]}
+    assert k_curve_subset(sets, KCurveConfig(problems=2, sets=["b"])) == {"b": [{"id": 0}, {"id": 1}]}
+    with pytest.raises(ValueError, match=r"\['c'\], which are not eval sets"):
+        k_curve_subset(sets, KCurveConfig(sets=["b", "c"]))
+
+
+def test_direction_reads_the_interval() -> None:
+    assert direction(-0.2, -0.01) == "narrowing"
+    assert direction(0.01, 0.3) == "expanding"
+    assert direction(-0.1, 0.1) == "no call"
+    assert direction(0.0, 0.2) == "no call"  # touching 0 is not excluding it
+
+
+def rows(counts: list[int], n: int = N, task: str = "math") -> list[dict]:
+    """Per-sample eval rows: problem i has counts[i] passing samples of n."""
+    return [{"problem_id": f"p{i}", "task": task, "subdomain": "s", "sample_index": j,
+             "status": "pass" if j < c else "fail", "score": float(j < c)}
+            for i, c in enumerate(counts) for j in range(n)]
+
+
+def test_metrics_of_a_hand_computed_case() -> None:
+    # base: problem 0 passes 8 of 16, problem 1 never; model: problem 0 always, problem 1 never.
+    # pass@1: base (0.5 + 0) / 2 = 0.25, model (1 + 0) / 2 = 0.5. pass@16: base (1 + 0) / 2 = 0.5 =
+    # model. pass@2 of base on problem 0: 1 - C(8,2)/C(16,2) = 1 - 28/120.
+    base, model = rows([8, 0]), rows([16, 0])
+    deltas = compare_rows(base, model, num_permutations=100)
+    metrics = k_curve_metrics(build_report(model), build_report(base), deltas, curve_ks(N))
+    assert metrics["k_curve/math/pass@1"] == pytest.approx(0.5)
+    assert metrics["k_curve/baseline/math/pass@1"] == pytest.approx(0.25)
+    assert metrics["k_curve/baseline/math/pass@2"] == pytest.approx((1 - 28 / 120) / 2)
+    assert metrics["k_curve/delta/math/pass@1"] == pytest.approx(0.25)
+    assert metrics["k_curve/delta/math/pass@16"] == pytest.approx(0.0)
+    assert metrics["k_curve/math/direction"] == DIRECTION_CODES["no call"]
+    assert metrics["k_curve/math/num_problems"] == 2.0 and metrics["k_curve/math/n"] == 16.0
+    assert {key.rsplit("@", 1)[1] for key in metrics if key.startswith("k_curve/math/pass@")
+            and key[-1].isdigit()} == {"1", "2", "4", "8", "16"}
+    table = k_curve_markdown(metrics, "base", "rl")
+    assert "| math | 16 | 0.500 [" in table and "no call: the pass@16 interval includes 0" in table
+
+
+def simulated_counts(rates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return rng.binomial(N, rates)
+
+
+def call(base_rates: np.ndarray, model_rates: np.ndarray, seed: int) -> tuple[str, float]:
+    """(the call at k = n, the pass@1 delta) of one simulated paired evaluation."""
+    rng = np.random.default_rng(seed)
+    deltas = paired_delta_curve(simulated_counts(base_rates, rng), simulated_counts(model_rates, rng), N, [1, N],
+                                num_permutations=200)
+    return direction(deltas[1].ci_low, deltas[1].ci_high), deltas[0].delta
+
+
+def test_direction_on_simulated_evaluations() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.beta(0.6, 1.2, size=120)  # many hard problems, a few easy ones: pass@16 << 1
+    # sharpening that narrows: RL makes what the base solves often nearly certain and loses the
+    # problems it solved only rarely
+    narrowed = np.where(base > 0.25, 0.97, 0.0)
+    # expanding: RL solves every problem more often, the base's rare ones included
+    expanded = np.clip(base * 1.5 + 0.15, 0.0, 1.0)
+    narrowing, pass1_gain = call(base, narrowed, seed=1)
+    assert narrowing == "narrowing" and pass1_gain > 0
+    expanding, pass1_gain = call(base, expanded, seed=2)
+    assert expanding == "expanding" and pass1_gain > 0
+    # identical checkpoints: a call is a false positive; at 95% intervals about 5% of evaluations
+    # make one (2.5% each way); measured over 300 simulated evaluations of 16 problems
+    small = base[:16]
+    false_calls = sum(call(small, small, seed=100 + i)[0] != "no call" for i in range(300))
+    print(f"\nfalse calls with identical checkpoints: {false_calls} of 300")
+    assert false_calls <= 30
