@@ -25,6 +25,9 @@ from passband.curation.verifiers.sandbox import (
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 FAST = SandboxLimits(wall_timeout_s=2.0, cpu_time_s=2)
+# For checks whose subject is not the wall limit: on a loaded 2-core box a Python start inside the
+# namespaces has taken over 2 s of wall time, which turned a plain failure into a timeout.
+ROOMY = SandboxLimits(wall_timeout_s=8.0, cpu_time_s=8)
 
 
 def run(source: str, limits: SandboxLimits = FAST, stdin: str = ""):
@@ -361,7 +364,7 @@ def test_verify_code_tests_format():
         "I would add them.",
         "```python\ndef add(a, b):\n    while True:\n        pass\n```",
     ]
-    results = verify_code(completions, [ADD_TESTS] * 4, CodeSettings(limits=FAST))
+    results = verify_code(completions, [ADD_TESTS] * 4, CodeSettings(limits=ROOMY))
     assert [(r.score, r.status) for r in results] == [
         (1.0, "pass"), (0.0, "fail"), (0.0, "unparsable"), (0.0, "timeout")]
     assert "AssertionError" in results[1].detail
@@ -397,7 +400,7 @@ def test_parallel_throughput():
     code = "```python\nprint(sum(map(int, input().split())))\n```"
     references = [{"cases": [{"input": f"{i} {i}", "output": str(2 * i)}]} for i in range(16)]
     start = time.monotonic()
-    results = verify_code([code] * 16, references, CodeSettings(limits=FAST), max_workers=2)
+    results = verify_code([code] * 16, references, CodeSettings(limits=ROOMY), max_workers=2)
     elapsed = time.monotonic() - start
     print(f"\nsandbox throughput: {16 / elapsed:.1f} programs/s with 2 workers")
     assert [r.status for r in results] == ["pass"] * 16
