@@ -100,12 +100,14 @@ class LazyEngine:
         self.num_generate_calls = 0
         """How many times generate reached the engine (the count a reuse test asserts on)."""
 
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
+    ) -> list[list[Sample]]:
         if self.engine is None:
             run_logger().info("opening %s engine on %s", self.config.kind, self.model_dir)
             self.engine = open_engine(self.config, self.model_dir)
         self.num_generate_calls += 1
-        return self.engine.generate(prompts, sampling)
+        return self.engine.generate(prompts, sampling, prompt_keys)
 
     def close(self) -> None:
         if self.engine is not None:

@@ -46,6 +46,28 @@ def test_hf_engine_seed_per_call(smollm2_dir: Path) -> None:
     assert torch.equal(torch.rand(3), expected)
 
 
+def check_prompt_keys(engine, prompts: list[str]) -> None:
+    """Keyed prompts get the same samples alone, reversed or beside others; another key, others."""
+    sampling = SamplingConfig(n=3, temperature=1.0, max_tokens=6, seed=5)
+    keys = [f"set/p{i}" for i in range(len(prompts))]
+
+    def ids(groups):
+        return [[s.token_ids for s in group] for group in groups]
+
+    together = ids(engine.generate(prompts, sampling, prompt_keys=keys))
+    reversed_ = ids(engine.generate(prompts[::-1], sampling, prompt_keys=keys[::-1]))[::-1]
+    alone = [ids(engine.generate([p], sampling, prompt_keys=[k]))[0] for p, k in zip(prompts, keys)]
+    assert together == reversed_ == alone
+    renamed = ids(engine.generate(prompts[:1], sampling, prompt_keys=["other/p0"]))[0]
+    assert sum(a == b for a, b in zip(renamed, together[0])) < 2
+
+
+def test_hf_engine_prompt_keys(smollm2_dir: Path) -> None:
+    tokenizer = load_tokenizer(smollm2_dir)
+    engine = open_engine(EngineConfig(kind="hf", dtype="float32"), smollm2_dir)
+    check_prompt_keys(engine, [render_prompt(tokenizer, q) for q in QUESTIONS[:3]])
+
+
 def test_hf_engine_honours_dtype_and_fp32_head(smollm2_dir: Path) -> None:
     engine = open_engine(EngineConfig(kind="hf", dtype="bfloat16", lm_head_fp32=True), smollm2_dir)
     model = engine.model
@@ -72,5 +94,10 @@ def test_vllm_seed_per_call(smollm2_dir: Path) -> None:
     engine = open_engine(EngineConfig(kv_cache_gib=0.5, max_model_len=1024), smollm2_dir)
     try:
         check_seeds(engine, prompts, long)
+        check_prompt_keys(engine, prompts)
+        # unkeyed, a prompt is keyed by its position: the first prompt's samples are key 0's
+        sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=6, seed=3)
+        first = engine.generate(prompts[1:2], sampling, prompt_keys=["0"])
+        assert [s.token_ids for s in first[0]] == [s.token_ids for s in engine.generate(prompts[1:2], sampling)[0]]
     finally:
         engine.close()

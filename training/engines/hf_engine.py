@@ -8,17 +8,21 @@ Seeding: each call samples from torch's CPU generator reseeded with `sampling.se
 `fork_rng`, so a call repeats in any process whatever ran before, and the caller's (the
 trainer's) random stream is left untouched. The samples still depend on the batch (prompts and
 `batch_size`: padding and the row a sample lands in change the draws) and on the hardware
-(matmul kernels differ between CPUs/GPUs, so bf16 logits can differ in the last bit).
+(matmul kernels differ between CPUs/GPUs, so bf16 logits can differ in the last bit). With
+`prompt_keys` every prompt is generated on its own, from a seed derived from its key: slower, but
+a prompt's samples then no longer depend on the rest of the call.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from passband.training.engines.config import EngineConfig, SamplingConfig
 from passband.training.engines.protocol import Sample
+from passband.training.engines.seeds import request_seed
 
 
 def _cast_body(model: torch.nn.Module, dtype: str, lm_head_fp32: bool) -> None:
@@ -52,10 +56,22 @@ class HFEngine:
         """Prompts per `model.generate` call (each expanded to n samples)."""
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sampling.seed)
-            return self._generate(prompts, sampling)
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
+    ) -> list[list[Sample]]:
+        if prompt_keys is None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(sampling.seed)
+                return self._generate(prompts, sampling)
+        if len(prompt_keys) != len(prompts):
+            raise ValueError(f"generate got {len(prompt_keys)} prompt_keys for {len(prompts)} prompts")
+        batches = []
+        for index, (prompt, key) in enumerate(zip(prompts, prompt_keys)):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(request_seed(sampling.seed, key))
+                (group,) = self._generate([prompt], sampling)
+            batches.append([replace(sample, prompt_index=index) for sample in group])
+        return batches
 
     def _generate(self, prompts: list[str], settings: SamplingConfig) -> list[list[Sample]]:
         tok = self.tokenizer

@@ -38,9 +38,15 @@ class RolloutEngine(Protocol):
 
     name: str
 
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
+    ) -> list[list[Sample]]:
         """Sample `sampling.n` completions for every (already chat-templated) prompt; the same
-        prompts and `sampling` (seed included) give the same samples whatever ran before."""
+        prompts and `sampling` (seed included) give the same samples whatever ran before.
+
+        `prompt_keys` (one per prompt, e.g. `<eval set>/<problem id>`) seed each prompt by its
+        content instead of its position in the call, so a prompt gets the same samples whether
+        it is sampled alone, in another order or in a shard of the call."""
         ...
 
     def load_weights(self, checkpoint_dir: Path) -> None:

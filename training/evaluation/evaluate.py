@@ -55,6 +55,11 @@ def evaluation_of(rows: list[dict[str, Any]]) -> Evaluation:
     return Evaluation(build_report([{**row, "task": row["eval_set"]} for row in rows]), rows, names)
 
 
+def problem_key(set_name: str, row: dict[str, Any]) -> str:
+    """What seeds a problem's samples in an evaluation: its set and id."""
+    return f"{set_name}/{row['id']}"
+
+
 def evaluate(
     engine: RolloutEngine,
     sets: dict[str, list[dict[str, Any]]],
@@ -68,12 +73,15 @@ def evaluate(
 
     Prompts are rendered with `tokenizer`'s chat template, as in rollouts. One generate call
     covers every set (the engine batches across sets) and one grouped verification every sample.
+    Each problem is seeded by its key `<set>/<problem id>` (with `sampling.seed`), not by its
+    position: a problem gets the same samples in a larger or smaller set, in a shard of the sets
+    on a task worker, and in a k-curve subset (whose first n samples are the evaluation's n).
     """
     if not sets or any(not rows for rows in sets.values()):
         raise ValueError(f"evaluate needs non-empty eval sets, got sizes { {name: len(rows) for name, rows in sets.items()} }")
     problems = [(name, row) for name, rows in sets.items() for row in rows]
     prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for _, row in problems]
-    samples = engine.generate(prompts, sampling)
+    samples = engine.generate(prompts, sampling, prompt_keys=[problem_key(name, row) for name, row in problems])
     verdicts = verify_groups([row["task"] for _, row in problems], [row["reference"] for _, row in problems],
                              [[sample.text for sample in group] for group in samples], verifiers)
     rows = [
