@@ -18,7 +18,7 @@ import re
 from typing import Any, Literal
 
 from prefect import flow
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from passband.flows.config import Config
 from passband.flows.curate import CurateConfig
@@ -26,6 +26,7 @@ from passband.flows.evaluate import EvaluateConfig
 from passband.flows.rl_config import RLConfig
 from passband.flows.sft import SFTConfig
 from passband.tasks.summary import RunSummary
+from passband.training.evaluation.claims import ClaimsConfig
 
 CHECKPOINTS = ("base", "sft", "rl")
 # What `placement` can place; `evaluate` covers the three evaluations (base, SFT, RL).
@@ -54,6 +55,9 @@ class PipelineConfig(Config):
     """MLflow registered-model name for the best checkpoint."""
     best_metric: str = "pass@1"
     """Statistic averaged over eval sets to pick the best checkpoint among SFT and RL."""
+    claims: ClaimsConfig | None = None
+    """What the run expects its `best_metric` table to show (interval widths, gains, no regressions);
+    the results say which claims the intervals support (None: no claims section)."""
     placement: dict[StageName, str] = {}
     """Stage -> Prefect work pool, e.g. {sft: passband-gpu, rl: passband-gpu}: that stage runs as a flow
     run of its flow's one deployment on the pool (`passband deploy` registers them) and the pipeline
@@ -67,6 +71,15 @@ class PipelineConfig(Config):
         if bad:
             raise ValueError(f"placement: work pool names use letters, digits and ._- (got {bad})")
         return placement
+
+    @model_validator(mode="after")
+    def _claims_name_eval_sets(self) -> PipelineConfig:
+        if self.claims is not None:
+            sets = {*self.evaluate.datasets, *self.evaluate.suites}
+            unknown = sorted({*self.claims.sft_gains, *self.claims.rl_gains} - sets)
+            if unknown:
+                raise ValueError(f"claims name {unknown}, which are not eval sets of `evaluate` ({sorted(sets)})")
+        return self
 
 
 def bind_refs(value: Any, outputs: dict[str, dict[str, str]]) -> Any:
@@ -178,6 +191,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     from passband.tasks.registry import register_checkpoint
     from passband.tasks.stage import publish_markdown, publish_table, stage_run
     from passband.training.engines.keeper import ENGINES
+    from passband.training.evaluation.claims import check_claims, format_claims
     from passband.training.evaluation.k_curve import k_curve_markdown
 
     logger = get_run_logger()
@@ -225,6 +239,12 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         k_curve = {name: value for name, value in evaluations["rl"].metrics.items() if name.startswith("k_curve/")}
         if config.evaluate.k_curve is not None:
             results += "\n\n### Sharpening or expansion: pass@k up to k = n\n\n" + k_curve_markdown(k_curve, "base", "rl")
+        claim_metrics = {}
+        if config.claims is not None:
+            sets = sorted(headline_scores(table, config.best_metric, "base"))
+            checked = check_claims(table, config.best_metric, sets, list(CHECKPOINTS), config.claims)
+            results += "\n\n### Claims stated before the run\n\n" + format_claims(checked)
+            claim_metrics = {"claims/held": float(sum(c.holds for c in checked)), "claims/checked": float(len(checked))}
         logger.info("\n%s", results)
         publish_markdown(results, f"held-out {config.best_metric} of base, SFT and RL with 95% intervals and deltas")
         publish_table(table_rows(table, config.best_metric),
@@ -244,7 +264,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
             "selection_metric": f"mean {config.best_metric} over eval sets", "selection_value": mean_score(best),
         }
         version = register_checkpoint(config.registered_model, runs[best].mlflow_run_id, lineage)
-        metrics = {**table, **{f"rl/{name}": value for name, value in k_curve.items()},
+        metrics = {**table, **{f"rl/{name}": value for name, value in k_curve.items()}, **claim_metrics,
                    "wall_s": time.perf_counter() - start}
         tracking.log_metrics(metrics, step=0, run_id=run_id)
         tracking.set_tags({"best_checkpoint": checkpoints[best], "registered_model":
