@@ -100,6 +100,16 @@ def test_rows_are_deterministic_valid_and_carry_no_solution():
         assert row["reference"]["tests"].endswith(f"check({problem.entry_point})\n")
 
 
+def test_difficulty_zero_has_room_for_an_eval_set_and_a_training_pool():
+    """The demo holds out ~100 difficulty-0 problems and trains on others; its presets draw all
+    175 (12 fixed makers + 20 add_k + 11 multiply_by_k + 8 is_multiple_of_k + 13 fixed makers
+    + 30 subtract_k + 31 is_greater_than_k + 31 is_less_than_k + 19 remainder_k)."""
+    for seed in range(3):
+        assert len(draw_code_problems(175, seed=seed, difficulty=0)) == 175
+    with pytest.raises(ValueError, match="ran out of distinct problems after 175"):
+        draw_code_problems(176, seed=0, difficulty=0)
+
+
 def test_exhausted_difficulty_and_bad_difficulty_are_refused():
     with pytest.raises(ValueError, match="code difficulty 0 ran out of distinct problems"):
         generate_code(500, seed=0, difficulty=0)

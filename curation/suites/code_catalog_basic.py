@@ -3,7 +3,8 @@
 Difficulty 0 is what the demo model can just about do (docs/recipe.md section 10: add, max, square,
 is_even pass ~20% at T=1). Every maker takes a `random.Random`, draws its test inputs (fixed
 edge cases that the wrong solution trips on, plus random ones) and, for parameterised problems
-such as `add_7`, the constant.
+such as `add_7`, the constant. Difficulty 0 holds 175 distinct prompts, room for a ~100-problem
+eval set plus a training pool; the parameterised makers' constant ranges supply most of them.
 """
 
 import random
@@ -12,12 +13,18 @@ import string
 from passband.curation.suites.code_problem import CodeProblem, int_lists, make_problem
 
 
-def _pairs(rng: random.Random, fixed: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    return fixed + [(rng.randint(-50, 50), rng.randint(-50, 50)) for _ in range(2)]
+def _pairs(rng: random.Random, fixed: list[tuple[int, int]], low: int = -50
+           ) -> list[tuple[int, int]]:
+    return fixed + [(rng.randint(low, 50), rng.randint(low, 50)) for _ in range(2)]
 
 
-def _ints(rng: random.Random, fixed: list[int]) -> list[tuple[int]]:
-    return [(x,) for x in fixed + [rng.randint(-50, 50) for _ in range(2)]]
+def _triples(rng: random.Random, fixed: list[tuple[int, int, int]]
+             ) -> list[tuple[int, int, int]]:
+    return fixed + [tuple(rng.randint(-50, 50) for _ in range(3)) for _ in range(2)]
+
+
+def _ints(rng: random.Random, fixed: list[int], low: int = -50) -> list[tuple[int]]:
+    return [(x,) for x in fixed + [rng.randint(low, 50) for _ in range(2)]]
 
 
 def add(rng: random.Random) -> CodeProblem:
@@ -129,6 +136,149 @@ def is_multiple(rng: random.Random) -> CodeProblem:
                         lambda n: n // k * k == n, _ints(rng, [k, 2 * k, k + 1, 0]),
                         f"def is_multiple_of_{k}(n):\n    return n % {k} == 0\n",
                         f"def is_multiple_of_{k}(n):\n    return n % {k} != 0\n")
+
+
+def double(rng: random.Random) -> CodeProblem:
+    return make_problem("arithmetic", "double(x)", "returns x times two",
+                        lambda x: x + x, _ints(rng, [3, 0, -4]),
+                        "def double(x):\n    return 2 * x\n",
+                        "def double(x):\n    return x + 2\n")
+
+
+def halve(rng: random.Random) -> CodeProblem:
+    # Floor, not truncation: int(x / 2) is the bug, caught by negative odd numbers.
+    return make_problem("arithmetic", "halve(x)",
+                        "returns x divided by 2, rounded down to an integer",
+                        lambda x: (x - x % 2) // 2, _ints(rng, [6, 7, 0, -3]),
+                        "def halve(x):\n    return x // 2\n",
+                        "def halve(x):\n    return int(x / 2)\n")
+
+
+def average_of_two(rng: random.Random) -> CodeProblem:
+    # A float mean, so (1, 2) -> 1.5 rejects floor division as well as the precedence bug.
+    return make_problem("arithmetic", "average_of_two(a, b)",
+                        "returns the average of a and b as a float",
+                        lambda a, b: sum((a, b)) / len((a, b)),
+                        _pairs(rng, [(2, 4), (1, 2), (0, 0)]),
+                        "def average_of_two(a, b):\n    return (a + b) / 2\n",
+                        "def average_of_two(a, b):\n    return a + b / 2\n")
+
+
+def sum_of_three(rng: random.Random) -> CodeProblem:
+    return make_problem("arithmetic", "sum_of_three(a, b, c)",
+                        "returns the sum of a, b and c",
+                        lambda a, b, c: sum((a, b, c)), _triples(rng, [(1, 2, 3), (0, 0, 0)]),
+                        "def sum_of_three(a, b, c):\n    return a + b + c\n",
+                        "def sum_of_three(a, b, c):\n    return a + b\n")
+
+
+def max_of_three(rng: random.Random) -> CodeProblem:
+    return make_problem("logic", "max_of_three(a, b, c)", "returns the largest of a, b and c",
+                        lambda a, b, c: sorted((a, b, c))[2],
+                        _triples(rng, [(1, 2, 3), (3, 2, 1), (2, 9, 4), (5, 5, 5)]),
+                        "def max_of_three(a, b, c):\n    return max(a, b, c)\n",
+                        "def max_of_three(a, b, c):\n    return max(a, b)\n")
+
+
+def min_of_three(rng: random.Random) -> CodeProblem:
+    return make_problem("logic", "min_of_three(a, b, c)", "returns the smallest of a, b and c",
+                        lambda a, b, c: sorted((a, b, c))[0],
+                        _triples(rng, [(3, 2, 1), (1, 2, 3), (4, 0, 9), (5, 5, 5)]),
+                        "def min_of_three(a, b, c):\n    return min(a, b, c)\n",
+                        "def min_of_three(a, b, c):\n    return min(a, b)\n")
+
+
+def difference_abs(rng: random.Random) -> CodeProblem:
+    return make_problem("arithmetic", "difference_abs(a, b)",
+                        "returns the absolute difference between a and b",
+                        lambda a, b: max(a, b) - min(a, b), _pairs(rng, [(3, 5), (5, 3), (0, 0)]),
+                        "def difference_abs(a, b):\n    return abs(a - b)\n",
+                        "def difference_abs(a, b):\n    return a - b\n")
+
+
+def remainder(rng: random.Random) -> CodeProblem:
+    # Non-negative a and positive b keep the problem clear of Python's sign rules for %.
+    inputs = [(7, 3), (6, 3), (2, 5)] + [(rng.randint(0, 50), rng.randint(1, 9)) for _ in range(2)]
+    return make_problem("arithmetic", "remainder(a, b)",
+                        "returns the remainder of a divided by b, for integers a >= 0 and b > 0",
+                        lambda a, b: a - a // b * b, inputs,
+                        "def remainder(a, b):\n    return a % b\n",
+                        "def remainder(a, b):\n    return a // b\n")
+
+
+def rectangle_area(rng: random.Random) -> CodeProblem:
+    return make_problem("arithmetic", "rectangle_area(width, height)",
+                        "returns the area of a rectangle with the given width and height",
+                        lambda width, height: sum([width] * height),
+                        _pairs(rng, [(3, 4), (0, 5), (1, 7)], low=0),
+                        "def rectangle_area(width, height):\n    return width * height\n",
+                        "def rectangle_area(width, height):\n    return width + height\n")
+
+
+def square_perimeter(rng: random.Random) -> CodeProblem:
+    return make_problem("arithmetic", "square_perimeter(side)",
+                        "returns the perimeter of a square whose sides have length side",
+                        lambda side: sum([side] * 4), _ints(rng, [3, 1, 5], low=0),
+                        "def square_perimeter(side):\n    return 4 * side\n",
+                        "def square_perimeter(side):\n    return side * side\n")
+
+
+def sign(rng: random.Random) -> CodeProblem:
+    return make_problem("logic", "sign(x)",
+                        "returns 1 if x is positive, -1 if x is negative and 0 if x is zero",
+                        lambda x: (x > 0) - (x < 0), _ints(rng, [5, -3, 0]),
+                        "def sign(x):\n    return 1 if x > 0 else -1 if x < 0 else 0\n",
+                        "def sign(x):\n    return 1 if x > 0 else -1\n")
+
+
+def is_negative(rng: random.Random) -> CodeProblem:
+    return make_problem("logic", "is_negative(x)",
+                        "returns True if x is less than zero and False otherwise",
+                        lambda x: x <= -1, _ints(rng, [5, -3, 0]),
+                        "def is_negative(x):\n    return x < 0\n",
+                        "def is_negative(x):\n    return x <= 0\n")
+
+
+def is_zero(rng: random.Random) -> CodeProblem:
+    return make_problem("logic", "is_zero(x)", "returns True if x is zero and False otherwise",
+                        lambda x: not x, _ints(rng, [0, 5, -3]),
+                        "def is_zero(x):\n    return x == 0\n",
+                        "def is_zero(x):\n    return x <= 0\n")
+
+
+def subtract_constant(rng: random.Random) -> CodeProblem:
+    k = rng.randint(1, 30)
+    return make_problem("arithmetic", f"subtract_{k}(x)", f"returns x minus {k}",
+                        lambda x: x + -k, _ints(rng, [0, 5]),
+                        f"def subtract_{k}(x):\n    return x - {k}\n",
+                        f"def subtract_{k}(x):\n    return {k} - x\n")
+
+
+def greater_than_constant(rng: random.Random) -> CodeProblem:
+    k = rng.randint(0, 30)
+    return make_problem("logic", f"is_greater_than_{k}(x)",
+                        f"returns True if x is greater than {k} and False otherwise",
+                        lambda x: x >= k + 1, _ints(rng, [k, k + 1, k - 1]),
+                        f"def is_greater_than_{k}(x):\n    return x > {k}\n",
+                        f"def is_greater_than_{k}(x):\n    return x >= {k}\n")
+
+
+def less_than_constant(rng: random.Random) -> CodeProblem:
+    k = rng.randint(0, 30)
+    return make_problem("logic", f"is_less_than_{k}(x)",
+                        f"returns True if x is less than {k} and False otherwise",
+                        lambda x: x <= k - 1, _ints(rng, [k, k - 1, k + 1]),
+                        f"def is_less_than_{k}(x):\n    return x < {k}\n",
+                        f"def is_less_than_{k}(x):\n    return x <= {k}\n")
+
+
+def remainder_constant(rng: random.Random) -> CodeProblem:
+    k = rng.randint(2, 20)
+    return make_problem("arithmetic", f"remainder_{k}(n)",
+                        f"returns the remainder of the integer n >= 0 divided by {k}",
+                        lambda n: n - n // k * k, _ints(rng, [2 * k + 1, 1, 0], low=0),
+                        f"def remainder_{k}(n):\n    return n % {k}\n",
+                        f"def remainder_{k}(n):\n    return n // {k}\n")
 
 
 def _words(rng: random.Random, fixed: list[str]) -> list[tuple[str]]:
@@ -253,7 +403,11 @@ def contains_letter(rng: random.Random) -> CodeProblem:
 
 
 DIFFICULTY_0 = (add, subtract, multiply, max_of_two, min_of_two, square, cube, is_even, is_odd,
-                negate, absolute, is_positive, add_constant, multiply_constant, is_multiple)
+                negate, absolute, is_positive, add_constant, multiply_constant, is_multiple,
+                double, halve, average_of_two, sum_of_three, max_of_three, min_of_three,
+                difference_abs, remainder, rectangle_area, square_perimeter, sign, is_negative,
+                is_zero, subtract_constant, greater_than_constant, less_than_constant,
+                remainder_constant)
 DIFFICULTY_1 = (reverse_string, count_vowels, sum_list, list_max, count_occurrences,
                 is_palindrome, factorial, sum_to_n, last_char, repeat_string, count_greater,
                 contains_letter)
