@@ -54,6 +54,11 @@ class EvaluateConfig(Config):
     distribution, the one RL trains."""
     engine: EngineConfig = EngineConfig()
     """Which engine samples."""
+    perplexity_samples: int | None = Field(128, ge=1)
+    """Samples of the model and of the baseline that the baseline scores (base_ppl, baseline/ppl_own),
+    evenly spread over the eval sets (None: every sample). The scoring is an fp32 forward of the
+    baseline per sample: on all 730 samples of the demo's sets it took 10 minutes per evaluation on
+    2 cores. The figure is a drift diagnostic read against baseline/ppl_own, not a ranked score."""
     k_curve: KCurveConfig | None = None
     """Sharpening or expansion: pass@k for k = 1, 2, 4, ..., n on the first `problems` problems of
     every set with `n` samples each, for the model and the baseline (same problems and seeds), with
@@ -99,6 +104,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
     from passband.training.engines.keeper import ENGINES
     from passband.training.evaluation.evaluate import evaluation_of
     from passband.training.evaluation.k_curve import curve_ks, k_curve_metrics, k_curve_subset
+    from passband.training.evaluation.perplexity import spread_subset
     from passband.training.evaluation.report import compare_rows, sampling_efficiency_gap
 
     logger = get_run_logger()
@@ -145,8 +151,9 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
                 metrics |= {name: row["delta"], f"{name}_ci_low": row["ci_low"], f"{name}_ci_high": row["ci_high"],
                             f"{name}_p_value": row["p_value"]}
             # base_ppl: the baseline on the model's outputs; baseline/ppl_own: on its own, the reference.
-            metrics.update(perplexities_on_samples(
-                baseline_dir, {"base_ppl": model.rows, f"{BASELINE_LABEL}/ppl_own": baseline.rows}))
+            metrics.update(perplexities_on_samples(baseline_dir, {
+                "base_ppl": spread_subset(model.rows, config.perplexity_samples),
+                f"{BASELINE_LABEL}/ppl_own": spread_subset(baseline.rows, config.perplexity_samples)}))
         if config.k_curve:
             # pass@k up to k = n on the subset, and the paired change against the baseline per k:
             # narrowing or expanding (training/evaluation/k_curve.py)

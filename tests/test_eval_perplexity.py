@@ -73,3 +73,13 @@ def test_bad_inputs_are_refused():
         perplexity_under(model, [[1], []], [[2], [3]])
     with pytest.raises(ValueError, match="micro_batch_size must be >= 1"):
         perplexity_under(model, [[1]], [[2]], micro_batch_size=0)
+
+
+def test_the_scored_subset_is_spread_over_every_eval_set() -> None:
+    from passband.training.evaluation.perplexity import spread_subset
+
+    rows = [f"math-{i}" for i in range(6)] + [f"code-{i}" for i in range(4)]
+    # positions i * 10 // 4 = 0, 2, 5, 7: both sets are scored, not just the first
+    assert spread_subset(rows, 4) == ["math-0", "math-2", "math-5", "code-1"]
+    assert spread_subset(rows, None) == rows == spread_subset(rows, 10) == spread_subset(rows, 50)
+    assert spread_subset(rows, 1) == ["math-0"]

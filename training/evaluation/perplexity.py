@@ -12,6 +12,15 @@ import torch
 from passband.training.logprobs import pooled_perplexity, sequence_logprobs, sequence_perplexities
 
 
+def spread_subset(rows: list, limit: int | None) -> list:
+    """At most `limit` of `rows`, evenly spaced over the whole list (every row when `limit` is None
+    or not below its length): rows in eval-set order then cover every set. Two lists of equal
+    length in the same problem order (a model's samples and its baseline's) give the same positions."""
+    if limit is None or limit >= len(rows):
+        return list(rows)
+    return [rows[i * len(rows) // limit] for i in range(limit)]
+
+
 def perplexity_under(
     model: torch.nn.Module,
     prompt_ids: list[list[int]],
