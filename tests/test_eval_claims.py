@@ -21,6 +21,7 @@ def table() -> dict[str, float]:
     entry(t, "base/code/pass@1", 0.60, 0.55, 0.65)
     entry(t, "sft/code/pass@1", 0.58, 0.53, 0.63)
     entry(t, "rl/code/pass@1", 0.81, 0.74, 0.88)
+    entry(t, "rl/structured/pass@1", 0.333, 0.2759, 0.3961)  # half-width 0.0601, printed +-0.060
     entry(t, "sft/delta/math/pass@1", 0.05, 0.01, 0.09)    # gain
     entry(t, "rl/delta/math/pass@1", 0.10, 0.04, 0.16)     # gain
     entry(t, "sft/delta/code/pass@1", -0.02, -0.05, 0.01)  # neither
@@ -51,6 +52,12 @@ def test_each_claim_is_read_from_its_interval(table: dict[str, float]) -> None:
     text = format_claims(claims)
     assert "| rl interval <= +-0.06 | code | 0.810 [0.740, 0.880] +-0.070 | **no** |" in text
     assert "11 of 14 claims hold." in text
+
+
+def test_a_half_width_that_prints_as_the_bound_is_within_it(table: dict[str, float]) -> None:
+    assert (0.3961 - 0.2759) / 2 > 0.06
+    (claim,) = check_claims(table, "pass@1", ["structured"], ["rl"], ClaimsConfig(no_regression=False))
+    assert claim.holds and claim.value.endswith("+-0.060")
 
 
 def test_a_significant_regression_is_reported(table: dict[str, float]) -> None:
