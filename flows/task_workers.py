@@ -1,10 +1,11 @@
-"""`passband up --task-workers N`: N local Prefect task workers that sample pass-rate shards.
+"""`passband up --task-workers N`: N local Prefect task workers that sample pass-rate and eval shards.
 
 Each worker is a background process we own (pid file `<home>/run/task-worker-<i>.pid`, log
 `<home>/logs/task-worker-<i>.log`) running `python -m passband.tasks.shard_worker`, told which
 device to use: one GPU each (CUDA_VISIBLE_DEVICES) when the machine has at least N, otherwise an
 equal, disjoint share of the visible CPU cores (VLLM_CPU_OMP_THREADS_BIND + OMP_NUM_THREADS), so
-two workers do not fight over the same cores. Flows use them with `sampling.workers=task_workers`.
+two workers do not fight over the same cores. Flows use them with `sampling.workers=task_workers`
+(curate) or `shards.workers=task_workers` (evaluate).
 """
 
 from __future__ import annotations

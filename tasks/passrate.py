@@ -38,25 +38,31 @@ from passband.training.engines import EngineConfig, RolloutEngine, Sample, Sampl
 
 SUMMARY_FILE = "summary.parquet"
 SAMPLES_FILE = "samples.parquet"
-VERIFIER_SOURCES = ("curation/verifiers", "curation/passrate.py")
+VERIFIER_SOURCES = ("curation/verifiers", "curation/catalog/verify.py", "curation/passrate.py")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 
-@functools.cache
-def verifier_version() -> str:
-    """12 hex of a sha256 over the verifiers' and the pass-rate arithmetic's source files.
-
-    Narrower than code_version(): editing a flow or a trainer does not invalidate stored shards,
-    editing how a sample is judged does.
-    """
+def sources_version(sources: tuple[str, ...]) -> str:
+    """12 hex of a sha256 over the given source files and folders (relative to the repo root)."""
     digest = hashlib.sha256()
-    for relative in VERIFIER_SOURCES:
+    for relative in sources:
         path = REPO_ROOT / relative
         for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
             digest.update(source.relative_to(REPO_ROOT).as_posix().encode() + b"\0")
             digest.update(hashlib.sha256(source.read_bytes()).digest())
     return digest.hexdigest()[:12]
+
+
+@functools.cache
+def verifier_version() -> str:
+    """12 hex of a sha256 over the verifiers', the grouped verification's and the pass-rate
+    arithmetic's source files.
+
+    Narrower than code_version(): editing a flow or a trainer does not invalidate stored shards,
+    editing how a sample is judged does.
+    """
+    return sources_version(VERIFIER_SOURCES)
 
 
 def checkpoint_id(model_ref: str, model_dir: str) -> str:
@@ -177,13 +183,13 @@ def estimate_pass_rates(
     missing = [index for index, key in enumerate(keys) if not open_store().exists(key)]
     if missing and engine.workers.workers == "task_workers":
         from passband.tasks.shard_dispatch import run_on_task_workers
-        from passband.tasks.shard_job import ShardJob
+        from passband.tasks.shard_job import ShardJob, sample_shard_job
 
         jobs = [ShardJob(key=keys[index], rows=shards[index], model_ref=engine.model_ref, engine=engine.config,
                          sampling=shard_sampling(sampling, keys[index]), verifiers=verifiers,
                          system_prompt=system_prompt, manifest_config=manifest_configs[index])
                 for index in missing]
-        run_on_task_workers(jobs, engine.workers)
+        run_on_task_workers(jobs, engine.workers, sample_shard_job)
     progress = Progress(f"pass rates of {len(rows)} problems", len(shards), "shards")
     for index, (shard, key) in enumerate(zip(shards, keys)):
         shard_start = time.perf_counter()
@@ -218,7 +224,7 @@ def shard_sampling(sampling: dict[str, Any], key: str) -> dict[str, Any]:
 
 @task(name="sample-shard", cache_policy=NONE)
 def sample_shard(
-    shard: list[dict], engine: LazyEngine, tokenizer: Any, sampling: dict[str, Any],
+    shard: list[dict], engine: LazyEngine | RolloutEngine, tokenizer: Any, sampling: dict[str, Any],
     verifiers: VerifierSettings, system_prompt: str | None,
 ) -> tuple[list[dict], list[dict]]:
     """Generate n * top_k attempts per problem, verify each, summarize per problem."""

@@ -1,9 +1,10 @@
 """Where shard-level sampling runs, and the flow's side of running shards on Prefect task workers.
 
 `local` (the embedded default): the flow's own engine samples every missing shard in its process.
-`task_workers`: every missing shard becomes a deferred run of `sample-shard-job`
-(tasks/shard_job.py) that any connected task worker takes; the worker commits the shard and
-returns its URI, the flow then reads the shards it needs from the artifact store.
+`task_workers`: every missing shard becomes a deferred run of a shard job's task (`sample-shard-job`
+for pass rates, tasks/shard_job.py; `evaluate-shard-job` for evaluation, tasks/eval_shard_job.py)
+that any connected task worker takes; the worker commits the shard and returns its URI, the flow
+then reads the shards it needs from the artifact store.
 
 A dead worker loses nothing. The flow polls the server's list of connected task workers; once a
 worker has been gone for `lost_worker_grace_s`, the shard it was running (its claimed run, see
@@ -26,18 +27,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from passband.tasks.logs import run_logger
 
 if TYPE_CHECKING:
+    from prefect import Task
+
+    from passband.tasks.eval_shard_job import EvalShardJob
     from passband.tasks.shard_job import ShardJob
 
 
 class SamplingWorkersConfig(BaseModel):
-    """Where the shards of pass rates, corrections and synthetic answers are sampled."""
+    """Where shards are sampled: curate's pass rates, corrections and synthetic answers; the
+    evaluate flow's eval shards (tasks/eval_shards.py)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     workers: Literal["local", "task_workers"] = "local"
     """`local`: the flow's own engine (no services). `task_workers`: Prefect task workers started by
     `passband up --task-workers N` (or `python -m passband.tasks.shard_worker` anywhere); needs a
-    Prefect server (PREFECT_API_URL). Pass rates are the same bit for bit either way on one machine."""
+    Prefect server (PREFECT_API_URL). Pass rates and evaluation rows are the same bit for bit either
+    way on one machine."""
     connect_timeout_s: float = Field(300.0, gt=0)
     """How long the flow waits for a first task worker to connect before it fails."""
     lost_worker_grace_s: float = Field(5.0, gt=0)
@@ -47,17 +53,19 @@ class SamplingWorkersConfig(BaseModel):
     """Seconds between the flow's looks at its shards' runs."""
 
 
-def run_on_task_workers(jobs: list["ShardJob"], config: SamplingWorkersConfig) -> list[str]:
-    """Run every job on the task workers; return the committed shards' URIs in job order."""
+def run_on_task_workers(jobs: list["ShardJob"] | list["EvalShardJob"], config: SamplingWorkersConfig,
+                        job_task: "Task[[str], str]") -> list[str]:
+    """Run every job on the task workers as a deferred run of `job_task` (which takes the job as
+    JSON and returns its shard's URI); return the committed shards' URIs in job order."""
     from prefect.client.orchestration import get_client
     from prefect.settings import get_current_settings
     from prefect.states import Crashed
 
-    from passband.tasks.shard_job import claimant, sample_shard_job
+    from passband.tasks.shard_job import claimant
     from passband.tasks.store import open_store
 
     if get_current_settings().api.url is None:
-        raise ValueError("sampling.workers = task_workers needs a Prefect server and task workers: "
+        raise ValueError("workers = task_workers needs a Prefect server and task workers: "
                          "run `passband up --task-workers N` first, or set PREFECT_API_URL")
     log = run_logger()
     store = open_store()
@@ -67,19 +75,19 @@ def run_on_task_workers(jobs: list["ShardJob"], config: SamplingWorkersConfig) -
     absent_since: dict[str, float] = {}  # worker id -> when the server stopped listing it
     by_key = {job.key: job for job in jobs}
     with get_client(sync_client=True) as client:
-        _wait_for_workers(client, sample_shard_job.task_key, config.connect_timeout_s)
+        _wait_for_workers(client, job_task.task_key, config.connect_timeout_s)
         for job in jobs:
-            runs[sample_shard_job.delay(job.model_dump_json()).task_run_id] = job.key
+            runs[job_task.delay(job.model_dump_json()).task_run_id] = job.key
         log.info("%d shards submitted to task workers", len(jobs))
         last_seen_worker = time.monotonic()
         while len(uris) < len(jobs):
             time.sleep(config.poll_s)
-            live = _connected_workers(client, sample_shard_job.task_key)
+            live = _connected_workers(client, job_task.task_key)
             if live:
                 last_seen_worker = time.monotonic()
             elif time.monotonic() - last_seen_worker > config.connect_timeout_s:
                 raise TimeoutError(f"no task worker has been connected for {config.connect_timeout_s:.0f} s "
-                                   f"(sampling.connect_timeout_s) with {len(jobs) - len(uris)} shards to go")
+                                   f"(connect_timeout_s of the workers config) with {len(jobs) - len(uris)} shards to go")
             states = _read_runs(client, list(runs))
             crashed = {run.id for run in states if run.state.is_crashed() and run.id not in abandoned}
             for run in states:
@@ -118,7 +126,7 @@ def run_on_task_workers(jobs: list["ShardJob"], config: SamplingWorkersConfig) -
             log.warning("task workers lost: %s, runs crashed: %d; resubmitting %d shards: %s",
                         sorted(dead), len(crashed), len(retry), retry)
             for key in retry:
-                runs[sample_shard_job.delay(by_key[key].model_dump_json()).task_run_id] = key
+                runs[job_task.delay(by_key[key].model_dump_json()).task_run_id] = key
     return [uris[job.key] for job in jobs]
 
 
@@ -145,5 +153,5 @@ def _wait_for_workers(client, task_key: str, timeout_s: float) -> None:
     while not _connected_workers(client, task_key):
         if time.monotonic() > deadline:
             raise TimeoutError(f"no task worker serves {task_key} on {client.api_url} after {timeout_s:.0f} s "
-                               "(sampling.connect_timeout_s): start some with `passband up --task-workers N`")
+                               "(connect_timeout_s of the workers config): start some with `passband up --task-workers N`")
         time.sleep(1.0)

@@ -7,15 +7,18 @@ Prefect. A job whose key is already committed (another run of the same shard fin
 answered with the URI and samples nothing, so running a job twice commits its shard once.
 
 A worker (`python -m passband.tasks.shard_worker`, started by `passband up --task-workers N`, the
-compose service or the Kubernetes manifest) serves one job at a time and keeps its engine open
-across jobs, keyed by checkpoint and engine config: an engine start costs ~20 s here.
+compose service or the Kubernetes manifest) serves one job at a time, pass-rate shards and eval
+shards (tasks/eval_shard_job.py) alike, and keeps its engine open across jobs in the process's
+engine keeper: an engine start costs ~20 s here, a weight swap ~1 s.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -23,7 +26,7 @@ from prefect.cache_policies import NONE
 from pydantic import BaseModel, ConfigDict
 
 from passband.curation.catalog import VerifierSettings
-from passband.training.engines import EngineConfig
+from passband.training.engines import EngineConfig, RolloutEngine
 
 WORKER_NAME_ENV = "PASSBAND_WORKER_NAME"
 
@@ -70,50 +73,63 @@ def claimant(run_name: str) -> str | None:
     return run_name.rsplit("[", 1)[1][:-1]
 
 
-# The worker's open engines and tokenizers, keyed by (checkpoint id, engine config JSON).
-_ENGINES: dict[tuple[str, str], tuple[Any, Any]] = {}
-
-
-def _engine_for(job: ShardJob) -> tuple[Any, Any]:
-    """The worker's engine on the job's checkpoint, opened on first use and kept for later jobs;
-    an engine on another checkpoint or config is closed first (one engine in memory at a time)."""
+@functools.cache
+def _model_dir(model_ref: str) -> str:
+    """The worker's local copy of a checkpoint, resolved once: a name or URI names immutable
+    weights, and a plain directory resolves to itself (the keeper notices rewritten weights)."""
     from passband.tasks.model import resolve_model
-    from passband.tasks.passrate import LazyEngine
+
+    return resolve_model(model_ref)
+
+
+def kept_engine(model_ref: str, config: EngineConfig) -> tuple[RolloutEngine, Any]:
+    """The worker's engine holding `model_ref`'s weights, and its tokenizer: the engine comes from
+    the process's keeper (training/engines/keeper.py), so it stays open across jobs and a job on
+    another checkpoint of the same architecture only swaps weights in. The worker holds the
+    keeper's scope for its lifetime (tasks/shard_worker.py)."""
+    from passband.training.engines.keeper import ENGINES
     from passband.training.model_source import load_tokenizer
 
-    engine_key = (job.manifest_config["checkpoint"], job.engine.model_dump_json())
-    if engine_key not in _ENGINES:
-        for engine, _ in _ENGINES.values():
-            engine.close()
-        _ENGINES.clear()
-        model_dir = resolve_model(job.model_ref)
-        _ENGINES[engine_key] = (LazyEngine(job.engine, model_dir), load_tokenizer(model_dir))
-    return _ENGINES[engine_key]
+    model_dir = _model_dir(model_ref)
+    return ENGINES.engine(config, model_dir), load_tokenizer(Path(model_dir))
 
 
-@task(name="sample-shard-job", cache_policy=NONE,
-      task_run_name=lambda parameters: claimed_run_name(json.loads(parameters["job_json"])["key"]))
+def claim(key: str) -> str | None:
+    """Name the running task run after this worker (the flow watches that worker's liveness);
+    return the shard's URI if `key` is already committed (an earlier run of it finished), else None."""
+    from prefect.client.orchestration import get_client
+    from prefect.context import TaskRunContext
+
+    from passband.tasks.logs import run_logger
+    from passband.tasks.store import open_store
+
+    run = TaskRunContext.get().task_run
+    with get_client(sync_client=True) as client:
+        client.set_task_run_name(run.id, claimed_run_name(key))
+    store = open_store()
+    if not store.exists(key):
+        return None
+    run_logger().info("%s is already committed (an earlier run of this shard finished)", key)
+    return store.uri(key)
+
+
+def job_run_name(parameters: dict[str, Any]) -> str:
+    """The run name a worker gives a job's task run (`job_json` is its one parameter)."""
+    return claimed_run_name(json.loads(parameters["job_json"])["key"])
+
+
+@task(name="sample-shard-job", cache_policy=NONE, task_run_name=job_run_name)
 def sample_shard_job(job_json: str) -> str:
     """Sample, verify and commit one shard (manifest last); return its URI.
 
     The job travels as JSON, not pickled: a worker whose configs gained a defaulted field since
     the flow started still reads it (a pickled pydantic object would lack the field)."""
-    from prefect.client.orchestration import get_client
-    from prefect.context import TaskRunContext
-
-    from passband.tasks.logs import run_logger
     from passband.tasks.passrate import commit_shard, sample_shard
-    from passband.tasks.store import open_store
 
     job = ShardJob.model_validate_json(job_json)
-    # The run's name says which worker holds it; the flow watches that worker's liveness.
-    run = TaskRunContext.get().task_run
-    with get_client(sync_client=True) as client:
-        client.set_task_run_name(run.id, claimed_run_name(job.key))
-    store = open_store()
-    if store.exists(job.key):
-        run_logger().info("%s is already committed (an earlier run of this shard finished)", job.key)
-        return store.uri(job.key)
-    engine, tokenizer = _engine_for(job)
+    committed = claim(job.key)
+    if committed is not None:
+        return committed
+    engine, tokenizer = kept_engine(job.model_ref, job.engine)
     summaries, samples = sample_shard(job.rows, engine, tokenizer, job.sampling, job.verifiers, job.system_prompt)
     return commit_shard(job.key, summaries, samples, job.manifest_config)

@@ -5,7 +5,7 @@ import pytest
 
 from passband.flows.curate_config import CurateConfig
 from passband.flows.task_workers import device_env
-from passband.tasks.shard_job import claimant, claimed_run_name, worker_id
+from passband.tasks.shard_job import claimant, claimed_run_name, sample_shard_job, worker_id
 
 
 def test_each_worker_gets_a_gpu_or_a_disjoint_core_share():
@@ -37,7 +37,7 @@ def test_task_workers_are_refused_without_a_server_or_a_model_ref():
     with pytest.raises(ValueError, match="pass model_ref"):
         LazyEngine(config.engine, "/nowhere", workers=config.sampling)
     with temporary_settings(updates={PREFECT_API_URL: None}):
-        with pytest.raises(ValueError, match="sampling.workers = task_workers needs a Prefect server"):
-            run_on_task_workers([], config.sampling)
+        with pytest.raises(ValueError, match="workers = task_workers needs a Prefect server"):
+            run_on_task_workers([], config.sampling, sample_shard_job)
     with pytest.raises(ValueError, match="workers"):
         CurateConfig.model_validate({"sampling": {"workers": "ray"}})

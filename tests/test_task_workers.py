@@ -1,9 +1,13 @@
-"""Curate's shards on real Prefect task workers (issue 13 items 1-2), with the real model on vLLM.
+"""Curate's and evaluate's shards on real Prefect task workers (issue 13 items 1-2), with the real
+model on vLLM.
 
 - the smoke preset run with 2 local task workers commits the same shards, bit for bit, as the
   in-process run, and its task runs show on the Prefect server under the workers' names;
 - SIGKILLing one worker (its whole process group, vLLM included) in the middle of a shard still
-  completes the run with the same shards, each committed by exactly one sampling run.
+  completes the run with the same shards, each committed by exactly one sampling run;
+- a small evaluation on 2 task workers (in shards of 3 problems, k-curve subset included) gives the
+  same per-sample rows as the in-process one (a single generate call), and a repeat reuses its
+  committed shards.
 Each run has its own PASSBAND_HOME, so no run reads another's shards.
 """
 
@@ -164,3 +168,55 @@ def _host() -> str:
     import socket
 
     return socket.gethostname()
+
+
+def _evaluate_config(model_dir: Path, workers: str, **updates):
+    from passband.flows.evaluate import EvaluateConfig
+
+    return EvaluateConfig.model_validate({
+        "model": str(model_dir),
+        "suites": {"math": {"suite": "math", "num_problems": 4, "seed": 9001},
+                   "code": {"suite": "code", "num_problems": 2, "seed": 9001},
+                   "ifeval": {"suite": "ifeval", "num_problems": 2, "seed": 9001, "difficulty": "easy"}},
+        "sampling": {"n": 2, "max_tokens": 48},
+        "k_curve": {"problems": 2, "n": 16, "sets": ["math"]},
+        "shards": {"workers": workers, "shard_size": 3},
+        **updates})
+
+
+def _eval_samples(summary) -> list[dict]:
+    from passband.tasks.datasets import read_table
+
+    return read_table(summary.outputs["samples"]).to_pylist()
+
+
+def test_evaluation_on_two_task_workers_matches_the_in_process_one(server, smollm2_dir, tmp_path, monkeypatch):
+    from passband.flows.evaluate import evaluate
+
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "local"))
+    local = evaluate(_evaluate_config(smollm2_dir, "local"))
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "workers"))
+    started = time.time()
+    names = start_task_workers(2, server)
+    try:
+        distributed = evaluate(_evaluate_config(smollm2_dir, "task_workers"))
+        repeated_at = time.time()
+        repeated = evaluate(_evaluate_config(smollm2_dir, "task_workers", force=True))
+    finally:
+        stop_services()
+
+    expected = _eval_samples(local)
+    assert len(expected) == 8 * 2 + 2 * 16  # 8 problems x n=2, the k-curve's 2 math problems x 16
+    # every sample: its token ids, text and verdict, in the same order (one generate call in-process,
+    # four shards of at most 3 problems on the workers)
+    assert _eval_samples(distributed) == expected
+    assert distributed.metrics == local.metrics
+    # 3 + 1 shards (the k-curve subset has its own n, hence its own shards), run on the server by
+    # the workers under their names; the repeat read them back and submitted nothing
+    keys = sorted(path.parent.name for path in (tmp_path / "workers" / "artifacts" / "eval-shards").glob("*/manifest.json"))
+    assert len(keys) == 4
+    runs = [run for run in _task_runs("shard ", started) if run.state.is_completed()]
+    assert sorted(run.name.split()[1] for run in runs) == sorted(key[:12] for key in keys)
+    assert {run.name.split(" on ")[1].split(" [")[0] for run in runs} <= set(names)
+    assert not _task_runs("shard ", repeated_at)
+    assert _eval_samples(repeated) == expected
