@@ -74,8 +74,8 @@ def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:
     generate_calls: list[int] = []
     generate = HFEngine.generate
     monkeypatch.setattr(HFEngine, "generate",
-                        lambda self, prompts, settings: (generate_calls.append(len(prompts)),
-                                                         generate(self, prompts, settings))[1])
+                        lambda self, prompts, settings, prompt_keys=None: (
+                            generate_calls.append(len(prompts)), generate(self, prompts, settings, prompt_keys))[1])
 
     with prefect_test_harness(server_startup_timeout=180):
         first = pipeline(tiny_config(model_dir, lr=1e-4))
