@@ -9,8 +9,6 @@ answered with the URI and samples nothing.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -22,7 +20,6 @@ from passband.tasks.shard_job import claim, job_run_name, kept_engine
 from passband.training.engines import EngineConfig, SamplingConfig
 
 EVAL_SHARD_PREFIX = "eval-shards/"
-ROWS_FILE = "rows.parquet"
 
 
 class EvalShardJob(BaseModel):
@@ -65,26 +62,18 @@ def evaluate_shard_job(job_json: str) -> str:
 
 @task(name="commit-eval-shard", retries=2, retry_delay_seconds=2)
 def commit_eval_shard(key: str, rows: list[dict[str, Any]], config: dict[str, Any]) -> str:
-    """The shard's per-sample rows as Parquet under `key`, manifest last."""
+    """The shard's per-sample rows as one Parquet table under `key`, manifest last."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from passband.tasks.provenance import code_version
-    from passband.tasks.store import open_store
+    from passband.tasks.datasets import commit_table
 
-    store = open_store()
-    with tempfile.TemporaryDirectory(prefix="passband-eval-shard-") as tmp:
-        pq.write_table(pa.Table.from_pylist(rows), Path(tmp) / ROWS_FILE)
-        store.commit(key, Path(tmp), flow="evaluate", config=config, code_version=code_version(),
-                     extra={"num_rows": len(rows)})
-    return store.uri(key)
+    return commit_table(pa.Table.from_pylist(rows), key, "evaluate", config)
 
 
 @task(name="load-eval-shard", retries=2, retry_delay_seconds=2)
 def load_eval_shard(key: str) -> list[dict[str, Any]]:
     """The per-sample rows of a committed eval shard, checksums verified."""
-    import pyarrow.parquet as pq
-
+    from passband.tasks.datasets import read_table
     from passband.tasks.store import open_store
 
-    return pq.read_table(open_store().fetch(key) / ROWS_FILE).to_pylist()
+    return read_table.fn(open_store().uri(key)).to_pylist()
