@@ -96,8 +96,10 @@ class RLConfig(Config):
     sampling: SamplingConfig = SamplingConfig(n=8, temperature=1.0, max_tokens=96)
     """How rollouts are sampled; `n` is G, the rollouts per prompt (advantages are relative to the
     prompt's group). The seed is set per iteration from `seed` (see the flow)."""
-    engine: EngineConfig = EngineConfig(kv_cache_gib="batch")
-    """Rollout engine; it lives beside the trainer, so its KV cache holds one rollout batch and no more."""
+    engine: EngineConfig = EngineConfig(kv_cache_gib="batch", in_process=True)
+    """Rollout engine; it lives beside the trainer, so its KV cache holds one rollout batch and no more,
+    and it runs inside the flow's process (no second copy of python, torch and vLLM in processes of
+    its own; see EngineConfig.in_process)."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
     """The update: objective, clipping, inner steps, mismatch correction, KL, entropy options."""
     reward: RewardConfig = RewardConfig()

@@ -3,8 +3,12 @@
 One batch shaped like the issue-16 config (P=6 prompts x G=8, prompts of --prompt-tokens, responses
 of --response-tokens, random token ids: memory and time do not depend on the values) through
 `rl_update` on the real model. Each variant runs in its own process, so its RSS high-water mark
-(ru_maxrss) is its own; stages: imports, model loaded, optimizer built (AdamW state is allocated
-lazily, at the first step), peak of the update, and seconds of the update.
+is its own; stages: imports, model loaded, optimizer built (AdamW state is allocated lazily, at
+the first step), after each update, after the weight sync's save and after malloc_trim (what the
+process still holds; the difference is freed heap that glibc kept), and seconds of the update.
+The peak of each phase (the no-grad scoring pass, forward + backward, the optimizer step, the
+save, "other") is the kernel's high-water mark VmHWM, reset at each phase boundary
+(/proc/self/clear_refs); the process's peak is the largest of them.
 
     .venv/bin/python scripts/bench_rl_trainer_memory.py --model DIR
     .venv/bin/python scripts/bench_rl_trainer_memory.py --model DIR --variant precision=fp32
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -27,18 +32,46 @@ def rss_gb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 1e9
 
 
-def peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+class PhasePeaks:
+    """Peak RSS (GB) of named phases, nested: a phase's peak excludes the phases inside it.
+
+    Linux keeps one high-water mark per process (VmHWM); writing 5 to /proc/self/clear_refs resets
+    it to the current RSS. At every boundary the mark is credited to the innermost open phase and
+    reset, so each phase sees only its own span."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, float] = {}
+        self.open: list[str] = ["other"]
+
+    def _credit(self) -> None:
+        with open("/proc/self/status") as f:
+            hwm = int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * 1024 / 1e9
+        name = self.open[-1]
+        self.peaks[name] = max(self.peaks.get(name, 0.0), hwm)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+    def wrap(self, name: str, fn):
+        def wrapped(*args, **kwargs):
+            self._credit()
+            self.open.append(name)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._credit()
+                self.open.pop()
+        return wrapped
 
 
 def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: int, steps: int) -> dict:
     import torch
 
     stages = {"python + torch": rss_gb()}
+    from passband.training.heap import trim_heap
+    from passband.training.rl import update
     from passband.training.rl.batching import RolloutBatch
     from passband.training.rl.config import RLAlgoConfig
     from passband.training.rl.trainer import open_trainer
-    from passband.training.rl.update import rl_update
 
     stages["imports"] = rss_gb()
     algo = RLAlgoConfig(lr=1e-5, micro_batch_size=8, **overrides)
@@ -56,47 +89,67 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
                          engine_logp=[[-1.0] * response_tokens for _ in responses],
                          rewards=[float(i % 3 == 0) for i in range(48)], valid=[True] * 48, tasks=["math"] * 48,
                          group_size=8)
+    phases = PhasePeaks()
+    update._scoring_pass = phases.wrap("scoring pass (no grad)", update._scoring_pass)
+    update._inner_step = phases.wrap("forward + backward", update._inner_step)
+    trainer.optimizer.step = phases.wrap("optimizer step", trainer.optimizer.step)
     seconds = []
     for _ in range(steps):
         start = time.perf_counter()
-        metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, algo)
+        metrics = update.rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, algo)
         seconds.append(time.perf_counter() - start)
         stages[f"after update {len(seconds)}"] = rss_gb()
-    peak_before_sync = peak_gb()
+    save = phases.wrap("weight-sync save", trainer.model.save_pretrained)
     with tempfile.TemporaryDirectory() as scratch:  # the weight sync's save (tasks/rl.py: push_weights)
-        trainer.model.save_pretrained(Path(scratch) / "weights")
+        save(Path(scratch) / "weights")
     stages["after weight-sync save"] = rss_gb()
-    stages["peak before the save"] = peak_before_sync
-    return {"variant": overrides, "stages_gb": stages, "peak_gb": peak_gb(), "update_s": seconds,
-            "skipped": metrics["skipped"]}
+    trim_heap()  # what is left is what the process holds: the rest was freed heap kept by malloc
+    stages["after malloc_trim"] = rss_gb()
+    return {"variant": overrides, "stages_gb": stages, "phase_peaks_gb": phases.peaks,
+            "peak_gb": max(phases.peaks.values()), "update_s": seconds, "skipped": metrics["skipped"]}
+
+
+def run_child(script: str, variant: str, argv: list[str]) -> dict:
+    """Run `script --child OVERRIDES argv` in a process of its own; the JSON its last line prints.
+
+    variant: "key=value,key=value" config overrides; values that read as JSON (numbers, true,
+    false, null, lists) are parsed, the rest stay strings."""
+    overrides = {}
+    for item in filter(None, variant.split(",")):
+        key, value = item.split("=", 1)
+        overrides[key] = json.loads(value) if value[:1] in "0123456789-[{" or value in ("true", "false", "null") else value
+    out = subprocess.run([sys.executable, script, "--child", json.dumps(overrides), *argv],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def variant_parser(doc: str, config: str, default: str) -> argparse.ArgumentParser:
+    """The arguments both memory benchmarks take: the model, the variants, and the child's hidden flag."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True, help="A safetensors checkpoint dir (the real model).")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help=f"{config} overrides of one variant, each run in a process of its own (repeatable; "
+                        f"default: {default}).")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    return parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, required=True, help="A safetensors checkpoint dir (the real model).")
-    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
-                        help="RLAlgoConfig overrides of one variant (repeatable; default: fp32 and bf16_autocast).")
+    parser = variant_parser(__doc__, "RLAlgoConfig", "fp32 and bf16_autocast")
     parser.add_argument("--prompt-tokens", type=int, default=60)
     parser.add_argument("--response-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(one(args.model, json.loads(args.child), args.prompt_tokens, args.response_tokens, args.steps)))
         return
     variants = args.variant or ["precision=fp32", "precision=bf16_autocast"]
     for variant in variants:
-        overrides = {}
-        for item in variant.split(","):
-            key, value = item.split("=", 1)
-            overrides[key] = json.loads(value) if value[:1] in "0123456789-[{tf" and value not in ("fp32",) else value
-        out = subprocess.run([sys.executable, __file__, "--model", str(args.model), "--child", json.dumps(overrides),
-                              "--prompt-tokens", str(args.prompt_tokens), "--response-tokens",
-                              str(args.response_tokens), "--steps", str(args.steps)],
-                             capture_output=True, text=True, check=True).stdout
-        result = json.loads(out.strip().splitlines()[-1])
+        result = run_child(__file__, variant, ["--model", str(args.model), "--prompt-tokens", str(args.prompt_tokens),
+                                               "--response-tokens", str(args.response_tokens), "--steps", str(args.steps)])
         stages = ", ".join(f"{name} {gb:.2f}" for name, gb in result["stages_gb"].items())
-        print(f"{variant}: peak {result['peak_gb']:.2f} GB; RSS after: {stages}; update s: "
+        phases = ", ".join(f"{name} {gb:.2f}" for name, gb in result["phase_peaks_gb"].items())
+        print(f"{variant}: peak {result['peak_gb']:.2f} GB; RSS after: {stages}; phase peaks: {phases}; update s: "
               + " ".join(f"{s:.1f}" for s in result["update_s"]), flush=True)
 
 

@@ -37,6 +37,13 @@ class EngineConfig(BaseModel):
     a longer window only reserves more per-sequence state)."""
     max_num_seqs: int = Field(64, ge=1)
     """Sequences decoded together."""
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    """Tokens one engine step may hold (prompts are prefilled whole: chunked prefill is off, so at
+    least max_model_len); null: vLLM's default, max(4096, max_model_len) on CPU."""
+    trim_heap: bool = True
+    """vLLM: after start-up, every generate and every weight load, return the freed heap of the worker
+    and of this process to the OS (malloc_trim, training/heap.py), so an idle engine does not keep
+    its last peak resident beside the trainer's."""
     seed: int = 0
     """Engine seed at start-up (vLLM's global seed). Samples do not depend on it: each generate
     call reseeds the sampler from `SamplingConfig.seed`."""
@@ -44,13 +51,11 @@ class EngineConfig(BaseModel):
     """vLLM CPU backend: VLLM_CPU_OMP_THREADS_BIND ('auto' binds to the visible cores)."""
     in_process: bool = False
     """vLLM: run the engine core and its one worker inside this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
-    rather than in two processes of their own (0.8 and 2.0 GB RSS in the RL benchmark). Measured on the
-    RL benchmark (scripts/bench_rl_vs_trl.py): the process tree's peak fell only 0.2 GB (the trainer's
-    process grew by most of what the two processes held), rollouts got both cores (7-9 s instead of
-    10-13 s; in their own process vLLM's 'auto' binding leaves one core to the frontend), 33.8 instead
-    of 38.8 s per iteration. Off by default until the other flows are tested with it: in-process,
-    vLLM seeds torch's global RNG, caches its environment settings and disables torch.set_num_threads
-    in this process for its lifetime."""
+    rather than in two processes of their own, each with its own python, torch and vLLM (0.8 and 2.0 GB
+    RSS in the RL benchmark, scripts/bench_rl_vs_trl.py); rollouts then get every core (in their own
+    process vLLM's 'auto' binding leaves one to the frontend). The RL flow's default. vLLM's start-up
+    would take over the host process's global RNGs, torch.set_num_threads, the garbage collector and
+    vLLM's environment cache; the engine restores all four (vllm_engine.py: `_host_state_kept`)."""
     enforce_eager: bool = True
     """vLLM: skip graph capture. Faster start-up and needed on CPU; slower decode on GPU."""
 

@@ -25,12 +25,53 @@ in one call, samples repeat exactly.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from passband.training.engines.config import EngineConfig, SamplingConfig
 from passband.training.engines.protocol import Sample
 from passband.training.engines.seeds import request_seed
+
+
+@contextlib.contextmanager
+def _host_state_kept(in_process: bool) -> Iterator[None]:
+    """Build an engine in this process (in_process) without it taking over the host's state.
+
+    vLLM's worker start-up reseeds python's, numpy's and torch's global RNGs (a trainer beside it
+    checkpoints and restores those), replaces torch.set_num_threads by a warning once it has bound
+    its OpenMP threads, its engine core caches vLLM's environment variables, including the
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 that asks for in-process (so any later engine of this process
+    would be in-process too), and freezes the garbage collector (gc.freeze: every object alive then,
+    the host's too, would never be collected, cycles that die later included). All are restored after
+    start-up. Without in_process, nothing is touched: the worker and engine core have processes of
+    their own.
+    """
+    if not in_process:
+        yield
+        return
+    import gc
+    import random
+
+    import numpy as np
+    import torch
+    import vllm.envs
+
+    python_rng, numpy_rng, set_num_threads = random.getstate(), np.random.get_state(), torch.set_num_threads
+    multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the LLM is built
+    with torch.random.fork_rng(devices=[]):
+        yield
+    random.setstate(python_rng)
+    np.random.set_state(numpy_rng)
+    torch.set_num_threads = set_num_threads
+    gc.unfreeze()
+    vllm.envs.disable_envs_cache()
+    if multiprocessing is None:
+        del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+    else:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
 
 
 class VLLMEngine:
@@ -43,31 +84,33 @@ class VLLMEngine:
             raise ValueError("kv_cache_gib='batch' is resolved by the RL flow from its batch; give the engine a "
                              "number of GiB (or null for memory_fraction)")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu_threads_bind)
-        if config.in_process:  # read by vLLM when the LLM is built (then cached by its engine core)
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
         self.config = config
-        self.llm = LLM(
-            model=str(model_dir),
-            dtype=config.dtype,
-            gpu_memory_utilization=config.memory_fraction,
-            kv_cache_memory_bytes=None if config.kv_cache_gib is None else int(config.kv_cache_gib * 2**30),
-            max_model_len=config.max_model_len,
-            max_num_seqs=config.max_num_seqs,
-            seed=config.seed,
-            enforce_eager=config.enforce_eager,
-            enable_chunked_prefill=False,  # per-request seeds crash on split prefills (see above)
-            logprobs_mode="processed_logprobs",
-            hf_overrides={"head_dtype": "float32"} if config.lm_head_fp32 else None,
-            worker_extension_cls="passband.training.engines.vllm_weight_sync.WeightSyncExtension",
-        )
+        with _host_state_kept(config.in_process):
+            self.llm = LLM(
+                model=str(model_dir),
+                dtype=config.dtype,
+                gpu_memory_utilization=config.memory_fraction,
+                kv_cache_memory_bytes=None if config.kv_cache_gib is None else int(config.kv_cache_gib * 2**30),
+                max_model_len=config.max_model_len,
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                seed=config.seed,
+                enforce_eager=config.enforce_eager,
+                enable_chunked_prefill=False,  # per-request seeds crash on split prefills (see above)
+                logprobs_mode="processed_logprobs",
+                hf_overrides={"head_dtype": "float32"} if config.lm_head_fp32 else None,
+                worker_extension_cls="passband.training.engines.vllm_weight_sync.WeightSyncExtension",
+            )
         if config.lm_head_fp32:
             self.llm.collective_rpc("load_fp32_lm_head", args=(str(model_dir),))
+        self._trim_heap()
 
     def generate(
         self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
     ) -> list[list[Sample]]:
+        import torch
         from vllm import SamplingParams
 
         keys: list[int | str] = list(range(len(prompts))) if prompt_keys is None else list(prompt_keys)
@@ -92,8 +135,11 @@ class VLLMEngine:
         # calls ran before (a pass-rate shard's on which task worker ran it). Within the call the
         # n samples of a prompt still share its blocks.
         self.llm.reset_prefix_cache()
-        # vLLM's bar on stderr: prompts done, rate and ETA (stdout carries only the run's summary)
-        outputs = self.llm.generate(prompts, params, use_tqdm=True)
+        # vLLM's bar on stderr: prompts done, rate and ETA (stdout carries only the run's summary).
+        # In-process, its sampler also draws from torch's global RNG: the host's is kept.
+        with torch.random.fork_rng(devices=[], enabled=self.config.in_process):
+            outputs = self.llm.generate(prompts, params, use_tqdm=True)
+        self._trim_heap()
         batches = []
         for prompt_index, request in enumerate(outputs):
             samples = []
@@ -124,6 +170,15 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights_and_repack", args=(str(checkpoint_dir), self.config.lm_head_fp32))
         # cached KV blocks were computed by the old weights
         self.llm.reset_prefix_cache()
+        self._trim_heap()
+
+    def _trim_heap(self) -> None:
+        """With config.trim_heap: freed heap back to the OS, in the worker and in this process."""
+        if self.config.trim_heap:
+            from passband.training.heap import trim_heap
+
+            self.llm.collective_rpc("trim_heap")
+            trim_heap()
 
     def sleep(self) -> None:
         """Nothing yet (see the report on idle CPU use)."""

@@ -44,6 +44,12 @@ class WeightSyncExtension:
             self.load_fp32_lm_head(weights_path)
         return repacked
 
+    def trim_heap(self) -> bool:
+        """Return this worker's freed heap to the OS (training/heap.py); True if any was returned."""
+        from passband.training.heap import trim_heap
+
+        return trim_heap()
+
     def load_fp32_lm_head(self, weights_path: str) -> str:
         """Give the LM head its own fp32 weight read from the safetensors in `weights_path`
         (the engine runs it with head_dtype=float32). Returns the key it was read from."""

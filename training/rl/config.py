@@ -71,6 +71,13 @@ class RLAlgoConfig(BaseModel):
     micro_batch_size: int = Field(
         default=8, ge=1, description="Sequences per forward/backward pass; gradients accumulate to the full-batch loss."
     )
+    fused_scoring: bool = Field(
+        default=True,
+        description="With num_inner_steps=1, take pi_old from the one step's own forward (detached) instead of a "
+        "separate no-grad scoring pass over the trained rows, when nothing needs the whole batch's log-probs before "
+        "the loss: no KL in the reward, cov_method 'none', max_vllm_kl None (training.rl.update). The same loss, "
+        "gradients and metrics (tests/test_rl_fused_scoring.py), one forward fewer; False forces the two passes.",
+    )
     lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW (beta1, beta2).")
@@ -78,7 +85,9 @@ class RLAlgoConfig(BaseModel):
         default=1.0, gt=0, description="Max global L2 norm of each step's gradient; None disables clipping (the norm is still logged)."
     )
     logprob_chunk_size: int = Field(
-        default=1024, gt=0, description="Tokens per chunk of the LM head in log-prob and entropy passes (memory O(chunk x vocab))."
+        default=256, gt=0, description="Tokens per chunk of the LM head in log-prob and entropy passes: each chunk's "
+        "[chunk, vocab] fp32 logits, their softmax and (backward) their gradient exist one chunk at a time (at 1024 "
+        "tokens and SmolLM2's 49152-token vocabulary, 0.2 GB each)."
     )
     precision: PrecisionSetting = Field(
         default="auto",
@@ -94,8 +103,13 @@ class RLAlgoConfig(BaseModel):
         "~1e-6; with logprob_chunk_size=256 it trained slower on the 2-core CPU of scripts/bench_rl_vs_trl.py: "
         "30-34 s against 22-28 s per update).",
     )
+    trim_heap: bool = Field(
+        default=True,
+        description="After each update, return the heap it freed (activations, logits) to the OS with malloc_trim "
+        "(training/heap.py): glibc keeps it resident otherwise, beside the weight sync and the rollouts that follow.",
+    )
     activation_checkpointing: bool = Field(
-        default=False,
+        default=True,
         description="Recompute each decoder layer in backward instead of storing its activations: the micro-batch's "
         "activations shrink to one layer's plus the layer inputs, for about one more forward of compute "
         "(scripts/bench_rl_trainer_memory.py measures both).",
