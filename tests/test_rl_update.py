@@ -390,3 +390,16 @@ def test_micro_batching_does_not_change_a_sequence_level_kl_update():
     assert _delta(model, whole).abs().max() > 1e-4
     assert torch.allclose(_delta(model, threes), _delta(model, whole), rtol=1e-4, atol=1e-7)
     assert m_threes["kl_loss"] == pytest.approx(m_whole["kl_loss"], rel=1e-5)
+
+
+def test_micro_batches_group_rows_of_similar_length():
+    """Rows are grouped by prompt + response length (stable), not taken in rollout order: each
+    micro-batch is padded to its own longest row. Lengths here: 3+9, 3+1, 2+2, 3+8, 2+1."""
+    from passband.training.rl.update import _micro_batches
+
+    prompts = [[1, 2, 3], [1, 2, 3], [4, 5], [1, 2, 3], [4, 5]]
+    responses = [[0] * 9, [0], [0, 0], [0] * 8, [0]]
+    batch = RolloutBatch(prompt_ids=prompts, response_ids=responses, engine_logp=[[0.0] * len(r) for r in responses],
+                         rewards=[0.0] * 5, valid=[True] * 5, tasks=["math"] * 5, group_size=5)
+    assert _micro_batches(batch, [0, 1, 2, 3, 4], 2) == [[4, 1], [2, 3], [0]]
+    assert _micro_batches(batch, [3, 0], 8) == [[3, 0]]
