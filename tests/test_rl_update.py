@@ -400,6 +400,6 @@ def test_micro_batches_group_rows_of_similar_length():
     prompts = [[1, 2, 3], [1, 2, 3], [4, 5], [1, 2, 3], [4, 5]]
     responses = [[0] * 9, [0], [0, 0], [0] * 8, [0]]
     batch = RolloutBatch(prompt_ids=prompts, response_ids=responses, engine_logp=[[0.0] * len(r) for r in responses],
-                         rewards=[0.0] * 5, valid=[True] * 5, tasks=["math"] * 5, group_size=5)
+                         rewards=[0.0] * 5, valid=[True] * 5, tasks=["math"] * 5, group_size=1)
     assert _micro_batches(batch, [0, 1, 2, 3, 4], 2) == [[4, 1], [2, 3], [0]]
     assert _micro_batches(batch, [3, 0], 8) == [[3, 0]]
