@@ -60,10 +60,16 @@ def shard_key(problem_ids: list[str], checkpoint_id: str, sampling: dict, verifi
     same order (the stored result is aligned with that order), same checkpoint, same sampling
     settings and same verifier version. Canonical JSON (sorted keys, no spaces) makes the key
     independent of dict insertion order; `sampling` must therefore be JSON-serializable.
+
+    The checkpoint counts by its content: of a `<ref>@<hash>` id (tasks/passrate.py:
+    checkpoint_id) only the hash after the last "@". The ref of a trained checkpoint is its artifact
+    URI, which holds the artifact root (e.g. file:///home/a/.passband/...); the key seeds the shard's
+    sampling, so with the ref in it two runs of one config in two homes sampled differently from
+    their first re-curation on (found by two fresh demo runs: curate and SFT equal, re-curate not).
     """
     payload = {
         "problem_ids": list(problem_ids),
-        "checkpoint_id": checkpoint_id,
+        "checkpoint_id": checkpoint_id.rpartition("@")[2],
         "sampling": sampling,
         "verifier_version": verifier_version,
     }

@@ -69,6 +69,16 @@ def test_shard_key_changes_with_every_input():
     assert shard_key(["a", "b"], "ck1", {"n": 5}, "v2") != base
 
 
+def test_shard_key_names_the_checkpoint_by_its_content_not_its_location():
+    """The same weights stored under two homes give one key (and so one seed, one set of samples);
+    different weights at one location do not."""
+    here = shard_key(["a"], "file:///home/a/.passband/artifacts/checkpoints/sft/k/step-6@0123abcd", {"n": 5}, "v1")
+    there = shard_key(["a"], "file:///tmp/b/.passband/artifacts/checkpoints/sft/k/step-6@0123abcd", {"n": 5}, "v1")
+    other = shard_key(["a"], "file:///home/a/.passband/artifacts/checkpoints/sft/k/step-6@4567ef01", {"n": 5}, "v1")
+    assert here == there == shard_key(["a"], "0123abcd", {"n": 5}, "v1")
+    assert other != here
+
+
 def test_split_into_shards_keeps_order():
     rows = [{"id": str(i)} for i in range(5)]
     shards = split_into_shards(rows, 2)
