@@ -403,3 +403,21 @@ def test_micro_batches_group_rows_of_similar_length():
                          rewards=[0.0] * 5, valid=[True] * 5, tasks=["math"] * 5, group_size=1)
     assert _micro_batches(batch, [0, 1, 2, 3, 4], 2) == [[4, 1], [2, 3], [0]]
     assert _micro_batches(batch, [3, 0], 8) == [[3, 0]]
+
+
+def test_trimming_the_heap_between_micro_batches_changes_nothing_but_the_heap(monkeypatch):
+    # The trim only returns freed pages to the OS: the same weights and metrics bit for bit, and
+    # one trim per micro-batch (3 of 3, 3 and 2 rows) plus the one after the update.
+    import passband.training.rl.update as update
+
+    calls = []
+    monkeypatch.setattr(update, "trim_heap", lambda: calls.append(1) or True)
+    model = _tiny_model()
+    batch = _batch(model, REWARDS, engine_noise=0.05)
+    plain, m_plain = _update(model, batch, micro_batch_size=3, trim_heap_each_micro_batch=False)
+    assert len(calls) == 1
+    trimmed, m_trimmed = _update(model, batch, micro_batch_size=3)  # the default
+    assert len(calls) == 1 + 3 + 1
+    assert torch.equal(_delta(model, trimmed), _delta(model, plain))
+    assert {k: v for k, v in m_trimmed.items() if k not in ("seconds", "train_tokens_per_s")} == \
+        {k: v for k, v in m_plain.items() if k not in ("seconds", "train_tokens_per_s")}

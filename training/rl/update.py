@@ -239,6 +239,9 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
         compute_loss(out.logp, inputs_at(step_logp).rows(index, width), settings).loss.backward()
         if entropy is not None:  # after backward: its [chunk, V] logits do not add to the activations' peak
             entropy[index, :width] = _chunk_entropy(model, batch, chunk, hidden[0], out.mask, cfg)
+        if cfg.trim_heap and cfg.trim_heap_each_micro_batch:
+            del out, hidden  # this micro-batch's last references, so its activations are free to return
+            trim_heap()
     params = [p for group in optimizer.param_groups for p in group["params"]]
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
