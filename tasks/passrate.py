@@ -31,6 +31,7 @@ from passband.curation.catalog import VerifierSettings
 from passband.curation.catalog.verify import verify_groups
 from passband.tasks.logs import run_logger
 from passband.tasks.progress import Progress
+from passband.tasks.registry import TRAINER_FILES
 from passband.tasks.provenance import code_version, config_hash, dependency_versions
 from passband.tasks.shard_dispatch import SamplingWorkersConfig
 from passband.tasks.store import open_store
@@ -66,10 +67,13 @@ def verifier_version() -> str:
 
 
 def checkpoint_id(model_ref: str, model_dir: str) -> str:
-    """`<ref>@<16 hex>`: the hex hashes the sha256 of every weight/config file of the checkpoint.
+    """`<ref>@<16 hex>`: the hex hashes the sha256 of every weight/config/tokenizer file of the checkpoint.
 
-    For a committed artifact (the shipped model, an artifact URI) the file hashes come from its
-    manifest, so nothing is re-read; for a plain directory the files are hashed here.
+    The trainer's resume state (`TRAINER_FILES`: optimizer, RNG states, data cursor) is left out:
+    it does not change what the model generates, and its RNG states differ between two runs that
+    train bit-identical weights, which would give their samples different seeds. For a committed
+    artifact (the shipped model, an artifact URI) the file hashes come from its manifest, so
+    nothing is re-read; for a plain directory the files are hashed here.
     """
     from passband.tasks.model import SMOLLM2_KEY
     from passband.training.model_source import SMOLLM2_NAME
@@ -82,7 +86,8 @@ def checkpoint_id(model_ref: str, model_dir: str) -> str:
     else:
         files = {path.relative_to(model_dir).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
                  for path in sorted(Path(model_dir).rglob("*")) if path.is_file()}
-    return f"{model_ref}@{config_hash(files)[:16]}"
+    model_files = {name: digest for name, digest in files.items() if Path(name).name not in TRAINER_FILES}
+    return f"{model_ref}@{config_hash(model_files)[:16]}"
 
 
 class LazyEngine:

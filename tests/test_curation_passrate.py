@@ -1,6 +1,7 @@
 """Pass-rate and top-k arithmetic, shard keys and shard splitting, checked against hand counts."""
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,29 @@ def test_split_into_shards_keeps_order():
     assert split_into_shards([], 3) == []
     with pytest.raises(ValueError, match="shard_size must be >= 1"):
         split_into_shards(rows, 0)
+
+
+def test_checkpoint_id_hashes_the_model_files_not_the_resume_state(tmp_path):
+    """Two runs that train bit-identical weights save different RNG states (rng.pt): committed
+    under two homes, their checkpoints get one content hash; a different weight file does not."""
+    from passband.tasks.passrate import checkpoint_id
+    from passband.tasks.store import open_store
+
+    def checkpoint(folder, rng: bytes, weights: bytes = b"w" * 64) -> Path:
+        folder.mkdir(parents=True)
+        for name, data in {"model.safetensors": weights, "config.json": b"{}", "rng.pt": rng,
+                           "optimizer.pt": rng * 2, "trainer_state.json": rng + b"{}"}.items():
+            (folder / name).write_bytes(data)
+        return folder
+
+    uris = [open_store(str(tmp_path / home / "artifacts")).commit(
+                "checkpoints/sft/k/step-000006", checkpoint(tmp_path / home / "ckpt", rng),
+                flow="sft", config={}, code_version="v")
+            for home, rng in (("a", b"state-a"), ("b", b"state-b"))]
+    ids = [checkpoint_id(uri, "") for uri in uris]
+    assert ids[0] != ids[1]  # the refs hold the homes ...
+    assert ids[0].rpartition("@")[2] == ids[1].rpartition("@")[2]  # ... the content hash does not
+    plain = [checkpoint(tmp_path / name, rng, weights) for name, rng, weights in
+             (("p1", b"x", b"w" * 64), ("p2", b"y", b"w" * 64), ("p3", b"x", b"v" * 64))]
+    hashes = [checkpoint_id(str(path), str(path)).rpartition("@")[2] for path in plain]
+    assert hashes[0] == hashes[1] != hashes[2]
