@@ -63,6 +63,8 @@ def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, prob
     # Seeded by the iteration, not by the engine's history: a resumed run draws what the
     # uninterrupted one drew at this iteration.
     samples, rollout_s = generate(engine, prompts, config.sampling.model_copy(update={"seed": _seed(config, iteration)}))
+    # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
+    engine.release_weights()
 
     scoring_start = time.perf_counter()
     rewards, valid, status_counts = score_rollouts(rows, samples, config.reward.verifiers)

@@ -58,7 +58,8 @@ def test_hf_engine_logprobs_match_trainer(smollm2_dir: Path) -> None:
 
 def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path: Path) -> None:
     """At the shipped weights the fp32 engine matches the fp32 trainer to ~1e-9; after the trainer
-    moves and the engine reloads, it matches the new weights as closely and the old ones no more.
+    moves, the engine releases its packed weights and reloads, it matches the new weights as
+    closely and the old ones no more.
     (~2.7 min on a quiet 2-core box.) Measured: -4.2e-10 before, -4.2e-10 vs new and 3.7e-2 vs old
     after. Before the worker extension repacked the tied LM head the gap to the new weights was
     2.2e-3: the stale output projection this test exists to catch."""
@@ -81,6 +82,10 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
 
         train_away(trainer, before)
         trainer.save_pretrained(tmp_path / "new")
+        # as the RL flow does between rollout and sync: every linear layer's packed handle dropped
+        # (qkv, o, gate_up and down in each of the 30 layers, and the LM head), so the reload
+        # must rebuild all of them for the checks below to hold
+        assert engine.llm.collective_rpc("release_packed_weights") == [4 * 30 + 2]
         engine.load_weights(tmp_path / "new")
 
         after = flatten(engine.generate(prompts, SETTINGS))

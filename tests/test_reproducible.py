@@ -83,3 +83,28 @@ def test_rl_first_iterations_reproduce(tmp_path):
     weights = [checkpoint_weights(summary["outputs"]["checkpoint"]) for summary in (first, second)]
     assert weights[0].keys() == weights[1].keys()
     assert [name for name in weights[0] if not torch.equal(weights[0][name], weights[1][name])] == []
+
+
+@pytest.mark.slow  # two SFT smoke runs and two curate smoke runs from their checkpoints: ~12 minutes here
+def test_curate_from_a_trained_checkpoint_reproduces_in_another_home(tmp_path):
+    """The re-curate of the pipeline: a checkpoint trained in each of two homes, then curated.
+
+    The runs at the shipped model (above) never see a checkpoint's location or its trainer files;
+    two bugs hid there: the checkpoint's id held its folder (c229ba4), then its resume state
+    (rng.pt differs between runs whose weights do not, f27c949), and either gave every pass-rate
+    shard another seed."""
+    first, second = ({"home": tmp_path / name} for name in ("a", "b"))
+    for run_ in (first, second):
+        run_["sft"] = run("sft", run_["home"])
+        run_["curate"] = run("curate", run_["home"], f"model={run_['sft']['outputs']['checkpoint']}")
+    # each home has its own checkpoint URI, so the comparison is of content, not of one artifact
+    assert first["sft"]["outputs"]["checkpoint"] != second["sft"]["outputs"]["checkpoint"]
+    import torch
+
+    weights = [checkpoint_weights(run_["sft"]["outputs"]["checkpoint"]) for run_ in (first, second)]
+    assert weights[0].keys() == weights[1].keys()
+    assert [name for name in weights[0] if not torch.equal(weights[0][name], weights[1][name])] == []
+    for task in ("math", "code", "ifeval"):
+        assert first["curate"]["metrics"][f"{task}/pass_rate_mean"] == second["curate"]["metrics"][f"{task}/pass_rate_mean"]
+    for name in ("rl_math", "rl_code", "rl_ifeval", "sft_stage1", "sft_stage2", "eval_math"):
+        assert table(first["curate"]["outputs"][name]) == table(second["curate"]["outputs"][name]), name

@@ -137,6 +137,9 @@ class HFEngine:
         self.model.tie_weights()
         _cast_body(self.model, self.config.dtype, self.config.lm_head_fp32)
 
+    def release_weights(self) -> None:
+        """Nothing: a reference engine, not sized for memory."""
+
     def sleep(self) -> None:
         """Nothing to release: the model runs in the caller's process and threads."""
 

@@ -53,6 +53,11 @@ class RolloutEngine(Protocol):
         """Replace the engine's weights with those saved in a safetensors checkpoint dir."""
         ...
 
+    def release_weights(self) -> None:
+        """Free what the engine can rebuild from the next `load_weights` (the trainer is about to
+        replace its weights); generating before that load is an error."""
+        ...
+
     def sleep(self) -> None:
         """Release what the engine holds while idle (the trainer runs meanwhile)."""
         ...

@@ -172,6 +172,13 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         self._trim_heap()
 
+    def release_weights(self) -> None:
+        # With config.release_weights_while_training: the packed linear weights go until the next
+        # load_weights rebuilds them (vllm_weight_sync.py); their memory goes back to the OS.
+        if self.config.release_weights_while_training:
+            self.llm.collective_rpc("release_packed_weights")
+            self._trim_heap()
+
     def _trim_heap(self) -> None:
         """With config.trim_heap: freed heap back to the OS, in the worker and in this process."""
         if self.config.trim_heap:

@@ -12,6 +12,12 @@ fp32 LM head: vLLM's `head_dtype=float32` (an hf override) computes the logits i
 `lm_head.weight` cast up on every step; in a bf16 engine that weight is the bf16-rounded copy
 (for SmolLM2 only 3% of the checkpoint's values are bf16-exact), so we replace it with the
 checkpoint's fp32 values, untied from the bf16 input embedding.
+
+Releasing the packed weights (`release_packed_weights`): the reload rebuilds every linear
+layer's handle from the checkpoint (those whose weight was removed, through the layerwise reload;
+those that keep it, the LM head, in `reload_weights_and_repack`), so between a rollout and the
+next sync the old handles are dead weight beside the trainer. Dropping the layer's `cpu_linear`
+(the closure that owns the handle) frees it; a forward pass before the next reload raises.
 """
 
 from __future__ import annotations
@@ -44,6 +50,16 @@ class WeightSyncExtension:
             self.load_fp32_lm_head(weights_path)
         return repacked
 
+    def release_packed_weights(self) -> int:
+        """Drop every linear layer's CPU GEMM handle until the next `reload_weights_and_repack`;
+        returns how many were dropped (0 on GPU)."""
+        released = 0
+        for module in self.model_runner.get_model().modules():
+            if hasattr(module, "cpu_linear"):
+                module.cpu_linear = _released_linear
+                released += 1
+        return released
+
     def trim_heap(self) -> bool:
         """Return this worker's freed heap to the OS (training/heap.py); True if any was returned."""
         from passband.training.heap import trim_heap
@@ -67,3 +83,8 @@ class WeightSyncExtension:
                         head.weight = torch.nn.Parameter(padded, requires_grad=False)
                         return key
         raise FileNotFoundError(f"none of {HEAD_KEYS} in the safetensors of {weights_path}")
+
+
+def _released_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    raise RuntimeError("the engine's packed weights were released (EngineConfig.release_weights_while_training) "
+                       "and no load_weights has rebuilt them since: load weights before generating")
