@@ -70,6 +70,23 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+def over_field_defaults(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` merged over the values each nested config's default sets explicitly.
+
+    A field like RLConfig's `engine: EngineConfig = EngineConfig(kv_cache_gib="batch", in_process=True)`
+    given as a partial mapping (`--set engine.dtype=float32`, or `engine: {...}` in a preset) would
+    otherwise be validated on its own, from EngineConfig's class defaults, and silently lose the
+    two values RL chose. Only those explicitly set values are merged (the class defaults come back
+    by validation anyway), recursively for configs nested in configs."""
+    merged = dict(data)
+    for name, field in model.model_fields.items():
+        value, default = merged.get(name), field.get_default(call_default_factory=True)
+        if isinstance(value, dict) and isinstance(default, BaseModel):
+            merged[name] = deep_merge(default.model_dump(mode="json", exclude_unset=True),
+                                      over_field_defaults(type(default), value))
+    return merged
+
+
 def parse_override(text: str) -> dict[str, Any]:
     """`a.b.c=value` -> {"a": {"b": {"c": value}}}, value parsed as YAML (numbers, bools, lists)."""
     if "=" not in text:
@@ -96,7 +113,7 @@ def resolve_config(
     for item in overrides:
         data = deep_merge(data, parse_override(item))
     try:
-        return model.model_validate(data)
+        return model.model_validate(over_field_defaults(model, data))
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()

@@ -40,6 +40,24 @@ def test_layers_apply_in_order(tmp_path: Path) -> None:
     assert layered.problems.num_problems == 8  # preset survives where nothing overrides it
 
 
+def test_a_partial_nested_config_keeps_what_its_parent_chose() -> None:
+    """RL's engine default sets kv_cache_gib="batch" and in_process=True over EngineConfig's class
+    defaults (2.0 and False); overriding another engine field must keep both, here and through
+    the pipeline, whose `rl` holds the same default."""
+    from passband.flows.pipeline import PipelineConfig
+    from passband.flows.rl_config import RLConfig
+
+    rl = resolve_config(RLConfig, "rl", None, None, ["engine.release_weights_while_training=false"])
+    assert (rl.engine.kv_cache_gib, rl.engine.in_process, rl.engine.release_weights_while_training) == \
+        ("batch", True, False)
+    assert rl.engine.dtype == "bfloat16"  # a class default stays a class default
+    rl = resolve_config(RLConfig, "rl", None, None, ["engine.in_process=false"])
+    assert (rl.engine.kv_cache_gib, rl.engine.in_process) == ("batch", False)  # --set still wins
+    pipeline = resolve_config(PipelineConfig, "pipeline", "demo", None, ["rl.engine.dtype=float32"])
+    assert (pipeline.rl.engine.kv_cache_gib, pipeline.rl.engine.in_process, pipeline.rl.engine.dtype) == \
+        ("batch", True, "float32")
+
+
 def test_bad_values_name_the_field() -> None:
     with pytest.raises(ConfigError, match=r"sampling\.n: Input should be greater than or equal to 1"):
         resolve_config(SampleConfig, "sample", None, None, ["sampling.n=0"])
