@@ -106,7 +106,7 @@ def test_curate_from_a_trained_checkpoint_reproduces_in_another_home(tmp_path):
     assert [name for name in weights[0] if not torch.equal(weights[0][name], weights[1][name])] == []
     for task in ("math", "code", "ifeval"):
         assert first["curate"]["metrics"][f"{task}/pass_rate_mean"] == second["curate"]["metrics"][f"{task}/pass_rate_mean"]
-    for name in ("rl_math", "rl_code", "rl_ifeval", "sft_stage1", "sft_stage2", "eval_math", "removed"):
+    for name in ("rl_math", "rl_code", "rl_ifeval", "sft_stage1", "sft_stage2", "eval_math"):
         # rows name the checkpoint that scored them (lineage, `<uri>@<content hash>`): the URI is
         # in each run's own home, the content hash must agree
         rows = [[portable(row, run_["sft"]["outputs"]["checkpoint"]) for row in table(run_["curate"]["outputs"][name])]
