@@ -82,9 +82,9 @@ def test_vllm_logprobs_match_trainer_and_weight_sync(smollm2_dir: Path, tmp_path
 
         train_away(trainer, before)
         trainer.save_pretrained(tmp_path / "new")
-        # as the RL flow does between rollout and sync: every linear layer's packed handle dropped
-        # (qkv, o, gate_up and down in each of the 30 layers, and the LM head), so the reload
-        # must rebuild all of them for the checks below to hold
+        # as the RL flow does between rollout and sync: every packed handle dropped (122 counted:
+        # qkv, o, gate_up and down in each of the 30 layers, plus 2 vocabulary-sized modules), so
+        # the reload must rebuild all of them for the checks below to hold
         assert engine.llm.collective_rpc("release_packed_weights") == [4 * 30 + 2]
         engine.load_weights(tmp_path / "new")
 
