@@ -14,6 +14,7 @@ from pydantic import Field
 from passband.curation.config import CurationConfig
 from passband.curation.minhash import band_keys, lsh_rows_per_band, minhash_permutations, minhash_signature, shingle_hashes
 from passband.curation.rows import quarantine
+from passband.curation.suites.math_suite import question_of
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -24,6 +25,13 @@ def normalize_text(text: str) -> str:
     Punctuation is kept: in math "2+3" and "2-3" are different problems.
     """
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def question_key(prompt: str) -> str:
+    """What makes two prompts the same problem: the normalized text without the math suite's
+    answer-format instruction ("What is 2 + 5? Put the final answer in \\boxed{}." and "What is
+    2 + 5? Answer with just the number." share a key). Exact-match decontamination compares these."""
+    return normalize_text(question_of(prompt.strip()))
 
 
 def tokenize(text: str) -> list[str]:

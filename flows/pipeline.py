@@ -104,6 +104,15 @@ def _stage_config(config_cls: type[Config], config: Config, outputs: dict[str, d
     return config_cls.model_validate({**data, **fields})
 
 
+def _sft_held_out(config: PipelineConfig, outputs: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """SFT's held-out sets: its own, plus every set the evaluate stage scores (bound), so no SFT row
+    asks a question of the final table in any answer format (worked math draws from the same
+    small procedural spaces as the eval sets)."""
+    evaluated = {**config.evaluate.datasets, **config.evaluate.model_dump(mode="json")["suites"]}
+    return {**config.sft.model_dump(mode="json")["held_out"],
+            **{f"evaluate.{name}": bind_refs(ref, outputs) for name, ref in evaluated.items()}}
+
+
 def run_stage(flow_fn: Any, pool: str | None, config: Config, parent_run_id: str,
               run_name: str | None = None) -> RunSummary:
     """The stage's flow called here (a subflow), or a run of its deployment on work pool `pool`."""
@@ -205,8 +214,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         runs["curate"] = run_stage(curate, placed("curate"),
                                    _stage_config(CurateConfig, config.curate, outputs, model=config.model), run_id)
         outputs["curate"] = runs["curate"].outputs
-        runs["sft"] = run_stage(sft, placed("sft"), _stage_config(SFTConfig, config.sft, outputs, model=config.model),
-                                run_id)
+        runs["sft"] = run_stage(sft, placed("sft"), _stage_config(SFTConfig, config.sft, outputs, model=config.model,
+                                                                  held_out=_sft_held_out(config, outputs)), run_id)
         outputs["sft"] = runs["sft"].outputs
         sft_checkpoint = outputs["sft"]["checkpoint"]
         if config.recurate:

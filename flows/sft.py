@@ -17,6 +17,7 @@ from prefect import flow
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.curation.catalog import VerifierSettings
+from passband.curation.suites.math_suite import AnswerFormat
 from passband.flows.config import Config
 from passband.tasks.summary import RunSummary
 from passband.training.sft.config import DistributedConfig, StageConfig
@@ -29,7 +30,8 @@ RUN_CONTROL_FIELDS = {"force", "resume", "distributed"}
 
 class WorkedMathSource(Config):
     """Built-in SFT data: procedural math problems with template-written worked solutions ending in
-    \\boxed{answer}, each checked by the math verifier (curation/worked_math.py)."""
+    \\boxed{answer} (or, in the plain format, the bare number), each checked by the math verifier
+    (curation/worked_math.py). Never a held-out question, in either format."""
 
     num_examples: int = Field(200, ge=1)
     """Distinct problems to write solutions for (cycling over difficulty x sub-domain)."""
@@ -39,6 +41,9 @@ class WorkedMathSource(Config):
     """Math sub-domains (default: all five)."""
     seed: int = 0
     """Seed of the problem generators (their own namespace: not the suite's problems)."""
+    answer_format: AnswerFormat = "boxed"
+    """What the prompts ask for and the completions give: `boxed` (reasoning, then \\boxed{N}) or
+    `plain` ("Answer with just the number.", answered with the number alone)."""
 
 
 class SFTEvalConfig(Config):
@@ -81,6 +86,10 @@ class SFTConfig(Config):
     """Built-in data sources by name; only those a stage names are generated."""
     eval: SFTEvalConfig | None = None
     """Held-out evaluation before and after (None: skip)."""
+    held_out: dict[str, str | ProblemSource] = {}
+    """More held-out sets (name -> dataset artifact URI or problem source) whose questions no
+    training row may ask, in any answer format, besides `eval`'s. The pipeline adds its evaluate
+    stage's sets here, so SFT never trains on the final table's problems."""
     distributed: DistributedConfig = DistributedConfig()
     """Ranks per stage: nproc_per_node > 1 runs each stage's loop under torchrun (FSDP2), launched by
     this flow, which keeps the MLflow logging and the checkpoint commits (tasks/sft_torchrun.py)."""
@@ -172,6 +181,12 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
             eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
             metrics |= _evaluate(model_dir, eval_sets, config.eval, "before", 0, run_id)
         eval_prompts = [row["prompt"] for rows in eval_sets.values() for row in rows]
+        if config.held_out:
+            held_out_sets = eval_sets_from(
+                {name: ref for name, ref in config.held_out.items() if isinstance(ref, str)},
+                {name: ref for name, ref in config.held_out.items() if isinstance(ref, ProblemSource)},
+                run_id=run_id)
+            eval_prompts += [row["prompt"] for rows in held_out_sets.values() for row in rows]
         refs = _dataset_refs(config, eval_prompts, run_id)
         # datasets this run built are outputs; those it was given by URI are its inputs
         outputs = {f"data_{name}": ref for name, ref in refs.items() if name in config.generated}

@@ -20,6 +20,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
+from passband.curation.hygiene import question_key
 from passband.tasks.datasets import DATA_FILE, commit_table
 from passband.tasks.provenance import config_hash
 from passband.tasks.store import fetch_artifact
@@ -31,21 +32,18 @@ ARTIFACT_SCHEMES = ("file://", "s3://")
 
 @task(name="generate-worked-math", retries=2, retry_delay_seconds=2)
 def commit_worked_math(spec: dict[str, Any], decontaminate_prompts: list[str]) -> str:
-    """Generate, verify and commit worked math rows (minus eval overlaps); return the dataset URI."""
-    from passband.curation.rows import quarantine
+    """Generate, verify and commit worked math rows that ask no held-out question; return the URI."""
     from passband.curation.suites.rows import rows_to_table
     from passband.curation.worked_math import worked_math_rows
 
-    rows, failed = worked_math_rows(**spec)
+    held_out = frozenset(key for prompt in decontaminate_prompts for key in _question_keys(prompt))
+    rows, failed = worked_math_rows(**spec, exclude_questions=held_out)
     if failed:
         raise ValueError(f"worked math: {len(failed)} template completions fail the verifier, "
                          f"first: {failed[0]['prompt']!r}: {failed[0]['removed_reason']}")
-    held_out = set(decontaminate_prompts)
-    kept = [row for row in rows if row["prompt"] not in held_out]
-    removed = [quarantine(row, "prompt is in the eval set") for row in rows if row["prompt"] in held_out]
-    config = {"worked_math": spec, "held_out": config_hash({"prompts": sorted(held_out)})}
+    config = {"worked_math": spec, "held_out": config_hash({"questions": sorted(held_out)})}
     key = f"datasets/sft-worked-math/{config_hash(config)[:24]}"
-    return commit_table(rows_to_table(kept), key, "sft", config, extra={"num_removed": len(removed)})
+    return commit_table(rows_to_table(rows), key, "sft", config)
 
 
 @task(name="load-sft-dataset", retries=2, retry_delay_seconds=2)
@@ -88,10 +86,10 @@ def stage_examples(
         datasets[name] = rows
         left_out.extend({**row, "dataset": name} for row in bad)
     mixed, not_mixed = mix_stage_rows(datasets, stage.datasets, stage.bands, stage.seed)
-    held_out = set(eval_prompts)
-    clean = [row for row in mixed if not _prompt_in(row["prompt"], held_out)]
-    contaminated = [quarantine(row, "prompt is in the eval set") for row in mixed
-                    if _prompt_in(row["prompt"], held_out)]
+    held_out = {key for prompt in eval_prompts for key in _question_keys(prompt)}
+    clean = [row for row in mixed if not _asks_held_out(row["prompt"], held_out)]
+    contaminated = [quarantine(row, "asks a question of the eval set") for row in mixed
+                    if _asks_held_out(row["prompt"], held_out)]
     examples, too_long = encode_rows(tokenizer, clean, stage.max_length)
     left_out += not_mixed + contaminated + too_long
     if not examples:
@@ -108,8 +106,14 @@ def stage_examples(
     return examples
 
 
-def _prompt_in(prompt: Any, held_out: set[str]) -> bool:
-    """Whether a row's prompt (text, or messages whose user turns are compared) is an eval prompt."""
+def _question_keys(prompt: Any) -> list[str]:
+    """The question keys of a prompt (curation.hygiene.question_key: normalized, the answer-format
+    instruction dropped): of its text, or of each user turn of its messages."""
     if isinstance(prompt, str):
-        return prompt in held_out
-    return any(m.get("role") == "user" and m.get("content") in held_out for m in prompt)
+        return [question_key(prompt)]
+    return [question_key(m.get("content", "")) for m in prompt if m.get("role") == "user"]
+
+
+def _asks_held_out(prompt: Any, held_out: set[str]) -> bool:
+    """Whether a row's prompt asks a held-out question, in whatever answer format."""
+    return any(key in held_out for key in _question_keys(prompt))

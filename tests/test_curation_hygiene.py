@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from passband.curation.hygiene import decontaminate, normalize_text, remove_exact_duplicates, remove_near_duplicates
+from passband.curation.hygiene import (decontaminate, normalize_text, question_key, remove_exact_duplicates,
+                                      remove_near_duplicates)
 
 WORDS = (
     "alice buys several apples at the market then walks home carefully while counting coins "
@@ -127,3 +128,13 @@ def test_decontamination_overlap_fractions():
 def test_decontamination_refuses_empty_eval_prompts():
     with pytest.raises(ValueError, match="eval row 'e0' has an empty 'prompt'"):
         decontaminate([{"id": "a", "prompt": "x"}], [{"id": "e0", "prompt": "  "}])
+
+
+def test_question_key_drops_either_answer_format_instruction():
+    boxed = "What is 2 + 5? Put the final answer in \\boxed{}."
+    plain = "What is 2 + 5?  Answer with just the number."
+    assert question_key(boxed) == question_key(plain) == "what is 2 + 5?"
+    assert question_key("What is 2 + 6? Answer with just the number.") != question_key(plain)
+    # only a trailing instruction is dropped; other prompts are just normalized
+    assert question_key("Answer with just the number. What is 2 + 5?") == "answer with just the number. what is 2 + 5?"
+    assert question_key("  Write a function  f(x).") == "write a function f(x)."

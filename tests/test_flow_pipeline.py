@@ -12,7 +12,7 @@ from prefect.testing.utilities import prefect_test_harness
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 
 import passband.tasks.cache
-from passband.flows.pipeline import PipelineConfig, bind_refs, pipeline
+from passband.flows.pipeline import PipelineConfig, _sft_held_out, bind_refs, pipeline
 from passband.training.engines.hf_engine import HFEngine
 
 ENGINE = {"kind": "hf"}
@@ -58,6 +58,17 @@ def test_bind_refs_replaces_values_and_keys() -> None:
     assert bound == {"datasets": {"file:///a": 1.0}, "math": "file:///b", "n": 3}
     with pytest.raises(ValueError, match="@sft.checkpoint"):
         bind_refs("@sft.checkpoint", outputs)
+
+
+def test_sft_holds_out_every_set_the_evaluate_stage_scores(tmp_path) -> None:
+    config = tiny_config(tmp_path, lr=1e-4)
+    outputs = {"curate": {"eval_math": "file:///m", "eval_code": "file:///c", "eval_ifeval": "file:///i"}}
+    assert _sft_held_out(config, outputs) == {
+        "evaluate.math": "file:///m", "evaluate.code": "file:///c", "evaluate.ifeval": "file:///i"}
+    data = config.model_dump(mode="json")
+    data["evaluate"]["suites"] = {"humaneval": {"suite": "humaneval"}}
+    with_suite = PipelineConfig.model_validate(data)
+    assert _sft_held_out(with_suite, outputs)["evaluate.humaneval"]["suite"] == "humaneval"
 
 
 def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:

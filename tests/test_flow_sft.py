@@ -14,7 +14,11 @@ from mlflow import MlflowClient
 from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
+from passband.curation.hygiene import question_key
+from passband.curation.suites.math_suite import generate_math, question_of
+from passband.flows.common_config import ProblemSource
 from passband.flows.sft import SFTConfig, WorkedMathSource, sft
+from passband.tasks.datasets import read_table
 from passband.tasks.store import fetch_artifact, open_store
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.sft import loop
@@ -177,3 +181,36 @@ def test_killed_run_reruns_skipping_the_done_stage_and_resuming_the_broken_one(r
     assert final_full.keys() == final_resumed.keys()
     for name in final_full:
         assert torch.equal(final_full[name], final_resumed[name]), name
+
+
+def test_held_out_questions_are_not_trained_on_in_another_format(harness, tmp_path, monkeypatch):
+    """The pipeline's eval sets ask for plain answers; worked math and user data ask for boxed ones.
+    Neither may bring an eval question into training (20 held-out questions per sub-domain at
+    difficulty 0: the worked rows must avoid them, the data file's copies must be quarantined)."""
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PASSBAND_EXPERIMENT", "test-sft-held-out")
+    model_dir, data_path = tmp_path / "tiny", tmp_path / "data.jsonl"
+    tiny_llama(seed=0).save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    held_out_source = ProblemSource(suite="math", num_problems=100, seed=7, difficulty=0, answer_format="plain")
+    held_out = generate_math(100, seed=7, difficulty=0, answer_format="plain")
+    keys = {question_key(row["prompt"]) for row in held_out}
+    # 10 held-out questions re-asked in the boxed format, and 10 questions of the other suite seed
+    copies = [question_of(row["prompt"]) + " Put the final answer in \\boxed{}." for row in held_out[:10]]
+    others = [row["prompt"] for row in generate_math(40, seed=8, difficulty=0, answer_format="boxed")
+              if question_key(row["prompt"]) not in keys][:10]
+    assert len(others) == 10
+    data_path.write_text("".join(json.dumps({"prompt": p, "completion": "The answer is \\boxed{1}."}) + "\n"
+                                 for p in copies + others))
+    stage = StageConfig(name="s1", datasets={str(data_path): 1.0, "worked": 1.0}, max_length=256, num_steps=1,
+                        lr=1e-4, batch_tokens=600, micro_batch_tokens=512)
+    summary = sft(SFTConfig(model=str(model_dir), stages=[stage], held_out={"eval_math": held_out_source},
+                            generated={"worked": WorkedMathSource(num_examples=40, difficulties=[0])}))
+
+    worked = read_table(summary.outputs["data_worked"]).to_pylist()
+    assert len(worked) == 40 and not {question_key(row["prompt"]) for row in worked} & keys
+    quarantine_path = MlflowClient().download_artifacts(summary.mlflow_run_id, "quarantine/s1.jsonl", str(tmp_path))
+    quarantined = [json.loads(line) for line in open(quarantine_path)]
+    contaminated = [row["prompt"] for row in quarantined if row["removed_reason"] == "asks a question of the eval set"]
+    # the mix takes all 20 file rows and 20 worked rows (equal weights): exactly the 10 copies go
+    assert sorted(contaminated) == sorted(copies)

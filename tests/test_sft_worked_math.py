@@ -3,6 +3,9 @@
 import re
 from fractions import Fraction
 
+import pytest
+
+from passband.curation.hygiene import question_key
 from passband.curation.suites.math_problems import MathProblem
 from passband.curation.suites.math_suite import generate_math
 from passband.curation.worked_math import worked_completion, worked_math_rows
@@ -39,3 +42,28 @@ def test_rows_are_distinct_verified_and_not_the_suite_sample():
     suite = generate_math(40, 0, 1, None, "boxed")
     shared = {r["prompt"] for r in rows} & {r["prompt"] for r in suite}
     assert len(shared) < 10
+
+
+def test_plain_rows_answer_with_the_number_alone():
+    rows, quarantined = worked_math_rows(20, seed=0, difficulties=[0], answer_format="plain")
+    assert quarantined == [] and len(rows) == 20
+    for row in rows:
+        assert row["prompt"].endswith("? Answer with just the number.") or row["prompt"].endswith(
+            ". Answer with just the number.")
+        assert row["completion"] == row["reference"] and re.fullmatch(r"-?\d+", row["completion"])
+    # by hand: the first arithmetic row's numbers add up to its completion
+    first = next(row for row in rows if row["subdomain"] == "arithmetic")
+    a, b = map(int, re.match(r"What is (\d+) \+ (\d+)\?", first["prompt"]).groups())
+    assert first["completion"] == str(a + b)
+
+
+def test_held_out_questions_are_never_drawn_in_any_format():
+    # Difficulty 0 holds 100 one-digit additions: hold out 90 of them, asked for a plain answer.
+    held_out = [f"What is {a} + {b}? Answer with just the number." for a in range(10) for b in range(10)][:90]
+    keys = frozenset(question_key(prompt) for prompt in held_out)
+    rows, _ = worked_math_rows(10, seed=0, difficulties=[0], subdomains=["arithmetic"],
+                               answer_format="boxed", exclude_questions=keys)
+    assert len(rows) == 10  # exactly the 10 additions left: 9 + 0 ... 9 + 9
+    assert {question_key(row["prompt"]) for row in rows} == {f"what is 9 + {b}?" for b in range(10)}
+    with pytest.raises(ValueError, match="too few distinct problems outside the 90 held-out questions"):
+        worked_math_rows(11, seed=0, difficulties=[0], subdomains=["arithmetic"], exclude_questions=keys)

@@ -39,6 +39,16 @@ def render_prompt(question: str, answer_format: str) -> str:
     return f"{question} {instruction_for(answer_format)}"
 
 
+def question_of(prompt: str) -> str:
+    """`prompt` without a trailing answer-format instruction of this suite: one problem asked for a
+    boxed and for a plain answer is one question (what decontamination must compare)."""
+    for answer_format in ("boxed", "plain"):
+        suffix = f" {instruction_for(answer_format)}"
+        if prompt.endswith(suffix):
+            return prompt[: -len(suffix)]
+    return prompt
+
+
 def generate_math(
     num_problems: int,
     seed: int,
