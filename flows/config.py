@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 
@@ -19,9 +19,17 @@ C = TypeVar("C", bound=BaseModel)
 
 
 class Config(BaseModel):
-    """Base of every config: field docstrings become descriptions (the Prefect UI shows them)."""
+    """Base of every config: field docstrings become descriptions (the Prefect UI shows them).
+
+    A partial mapping for a nested config keeps what the field's default chose (over_field_defaults)
+    wherever the config is validated: the CLI's layers, a pipeline stage, Prefect UI parameters."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _partial_nested_configs_keep_their_defaults(cls, data: Any) -> Any:
+        return over_field_defaults(cls, data) if isinstance(data, dict) else data
 
 
 class ConfigError(ValueError):
@@ -113,7 +121,7 @@ def resolve_config(
     for item in overrides:
         data = deep_merge(data, parse_override(item))
     try:
-        return model.model_validate(over_field_defaults(model, data))
+        return model.model_validate(data)
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()

@@ -58,6 +58,19 @@ def test_a_partial_nested_config_keeps_what_its_parent_chose() -> None:
         ("batch", True, "float32")
 
 
+def test_prefect_parameters_keep_what_a_nested_default_chose() -> None:
+    """A run started from the Prefect UI or API validates its JSON parameters through Prefect, not
+    resolve_config: a partial `engine` there must keep RL's choices too."""
+    from passband.flows.rl import rl
+
+    parameters = rl.validate_parameters({"config": {"engine": {"release_weights_while_training": False},
+                                                    "algo": {"micro_batch_size": 4}}})
+    config = parameters["config"]
+    assert (config.engine.kv_cache_gib, config.engine.in_process, config.engine.release_weights_while_training) == \
+        ("batch", True, False)
+    assert (config.algo.lr, config.algo.micro_batch_size) == (5e-6, 4)  # RL's lr, not RLAlgoConfig's 1e-6
+
+
 def test_bad_values_name_the_field() -> None:
     with pytest.raises(ConfigError, match=r"sampling\.n: Input should be greater than or equal to 1"):
         resolve_config(SampleConfig, "sample", None, None, ["sampling.n=0"])
