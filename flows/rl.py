@@ -48,6 +48,7 @@ def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, prob
     """Run outer iteration `iteration` (1-based) and return its metrics; advances trainer.state."""
     import torch
 
+    from passband.tasks.memory import PhasePeaks
     from passband.tasks.rl import push_weights, score_rollouts
     from passband.tasks.rollout import generate, rollout_stats
     from passband.training.chat import render_prompt
@@ -62,28 +63,35 @@ def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, prob
     prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
     # Seeded by the iteration, not by the engine's history: a resumed run draws what the
     # uninterrupted one drew at this iteration.
-    samples, rollout_s = generate(engine, prompts, config.sampling.model_copy(update={"seed": _seed(config, iteration)}))
-    # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
-    engine.release_weights()
+    peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
+    with peaks.phase("rollout"):
+        samples, rollout_s = generate(engine, prompts,
+                                      config.sampling.model_copy(update={"seed": _seed(config, iteration)}))
+        # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
+        engine.release_weights()
 
-    scoring_start = time.perf_counter()
-    rewards, valid, status_counts = score_rollouts(rows, samples, config.reward.verifiers)
-    batch = build_rollout_batch(samples, rewards, valid, [row["task"] for row in rows], config.reward.mask_truncated)
-    scoring_s = time.perf_counter() - scoring_start
+    with peaks.phase("training"):
+        scoring_start = time.perf_counter()
+        rewards, valid, status_counts = score_rollouts(rows, samples, config.reward.verifiers)
+        batch = build_rollout_batch(samples, rewards, valid, [row["task"] for row in rows],
+                                    config.reward.mask_truncated)
+        scoring_s = time.perf_counter() - scoring_start
 
-    train_start = time.perf_counter()
-    # Clip-Cov's random choice, seeded per iteration so a resumed run makes the same one.
-    generator = torch.Generator().manual_seed(_seed(config, iteration))
-    metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
-    train_s = time.perf_counter() - train_start
+        train_start = time.perf_counter()
+        # Clip-Cov's random choice, seeded per iteration so a resumed run makes the same one.
+        generator = torch.Generator().manual_seed(_seed(config, iteration))
+        metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
+        train_s = time.perf_counter() - train_start
 
-    sync_start = time.perf_counter()
-    push_weights(trainer.model, engine, scratch)
-    sync_s = time.perf_counter() - sync_start
+    with peaks.phase("weight_sync"):
+        sync_start = time.perf_counter()
+        push_weights(trainer.model, engine, scratch)
+        sync_s = time.perf_counter() - sync_start
 
     metrics |= _per_task_zero_variance(batch)
     metrics |= {f"{name.split('/')[0]}/num_{name.split('/')[1]}": float(n) for name, n in status_counts.items()}
     metrics["rollout_tokens_per_s"] = rollout_stats(samples, rollout_s)["tokens_per_s"]
+    metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {"seconds/rollout": rollout_s, "seconds/scoring": scoring_s, "seconds/training": train_s,
                 "seconds/weight_sync": sync_s, "seconds/iteration": time.perf_counter() - start}
     trainer.state.iteration, trainer.state.consumed = iteration, consumed

@@ -168,7 +168,8 @@ class Result:
     memory: TreeMemory
     wall_s: float
     parts: dict[str, list[float]] = field(default_factory=dict)
-    """Per-step breakdowns (passband: rollout, training, sync seconds; vllm_kl)."""
+    """Per-step breakdowns (passband: rollout, training, sync seconds; vllm_kl; the flow process's
+    peak RSS per phase)."""
 
 
 def run_passband(args: argparse.Namespace, model_dir: Path, work: Path) -> Result:
@@ -202,6 +203,9 @@ def run_passband(args: argparse.Namespace, model_dir: Path, work: Path) -> Resul
 
     parts = {name: history(f"seconds/{name}") for name in ("rollout", "training", "weight_sync")}
     parts["vllm_kl"] = history("vllm_kl")
+    # when the flow's process (trainer, and the engine when in_process) peaks: its own high-water
+    # mark per phase of each iteration (tasks/memory.py)
+    parts |= {f"GB peak, {phase}": history(f"memory/{phase}_peak_gb") for phase in ("rollout", "training", "weight_sync")}
     # The idle engine's CPU while the trainer runs: the metrics of an iteration are logged right
     # after its weight sync (plus its checkpoint, if one was due), which dates its training window;
     # its middle 80% is used, clear of the edges.

@@ -65,6 +65,10 @@ def test_real_model_two_iterations(harness, smollm2_dir, tmp_path, monkeypatch):
         assert name in metrics, name
     # fp32 transformers sampling and the fp32 trainer compute the same distribution.
     assert metrics["vllm_kl"] < 1e-3
+    # Every phase's peak holds at least the trainer's fp32 weights (the process's own high-water mark).
+    weights_gb = sum(t.numel() * 4 for t in load_file(str(smollm2_dir / "model.safetensors")).values()) / 1e9
+    for phase in ("rollout", "training", "weight_sync"):
+        assert weights_gb < metrics[f"memory/{phase}_peak_gb"] < 24, phase
     history = MlflowClient().get_metric_history(summary.mlflow_run_id, "math/reward")
     assert sorted(m.step for m in history) == [1, 2]
     zero_variance = [m.value for m in MlflowClient().get_metric_history(summary.mlflow_run_id, "zero_variance_group_frac")]

@@ -1,0 +1,41 @@
+"""Per-phase peak RSS: a phase that briefly holds 400 MB reports it; the next phase, after the
+memory is freed, reports the lower level again (the kernel's mark was reset between them)."""
+
+import resource
+
+import numpy as np
+
+from passband.tasks.memory import PhasePeaks, high_water_mark_gb
+
+BLOCK_GB = 0.4
+
+
+def _rss_gb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 1e9
+
+
+def test_each_phase_reports_its_own_peak():
+    peaks = PhasePeaks()
+    with peaks.phase("quiet"):
+        before = _rss_gb()
+    with peaks.phase("spike"):
+        block = np.ones(int(BLOCK_GB * 1e9 / 8))  # touched: every page resident
+        del block  # freed before the phase ends: only the high-water mark saw it
+    with peaks.phase("after"):
+        after = _rss_gb()
+    assert peaks.peaks_gb["spike"] >= before + 0.95 * BLOCK_GB
+    assert peaks.peaks_gb["quiet"] < before + 0.05 and peaks.peaks_gb["after"] < after + 0.05
+    assert peaks.peaks_gb["after"] < peaks.peaks_gb["spike"] - 0.9 * BLOCK_GB
+    assert high_water_mark_gb() < peaks.peaks_gb["spike"]  # the mark was reset after the spike
+
+
+def test_a_repeated_phase_keeps_its_largest_peak():
+    peaks = PhasePeaks()
+    with peaks.phase("step"):
+        block = np.ones(int(BLOCK_GB * 1e9 / 8))
+        del block
+    first = peaks.peaks_gb["step"]
+    with peaks.phase("step"):
+        pass
+    assert peaks.peaks_gb["step"] == first
