@@ -48,7 +48,7 @@ def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, prob
     """Run outer iteration `iteration` (1-based) and return its metrics; advances trainer.state."""
     import torch
 
-    from passband.tasks.memory import PhasePeaks
+    from passband.tasks.memory import PhasePeaks, resident_gb
     from passband.tasks.rl import push_weights, score_rollouts
     from passband.tasks.rollout import generate, rollout_stats
     from passband.training.chat import render_prompt
@@ -92,6 +92,7 @@ def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, prob
     metrics |= {f"{name.split('/')[0]}/num_{name.split('/')[1]}": float(n) for name, n in status_counts.items()}
     metrics["rollout_tokens_per_s"] = rollout_stats(samples, rollout_s)["tokens_per_s"]
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
+    metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
     metrics |= {"seconds/rollout": rollout_s, "seconds/scoring": scoring_s, "seconds/training": train_s,
                 "seconds/weight_sync": sync_s, "seconds/iteration": time.perf_counter() - start}
     trainer.state.iteration, trainer.state.consumed = iteration, consumed

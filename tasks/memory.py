@@ -20,7 +20,21 @@ RESET_HIGH_WATER_MARK = "5"  # proc(5), /proc/pid/clear_refs
 
 def high_water_mark_gb() -> float:
     """This process's peak RSS (GB) since it started or since the last reset."""
-    return int(re.search(r"VmHWM:\s+(\d+) kB", STATUS.read_text()).group(1)) * 1024 / 1e9
+    return _status_gb(STATUS.read_text(), "VmHWM")
+
+
+def resident_gb() -> dict[str, float]:
+    """This process's resident memory now (GB), by kind: `anon` (heap, tensors), `file` (mapped
+    files: libraries, mmapped weights) and `shmem` (shared memory); they sum to its RSS. Empty
+    without /proc."""
+    if not STATUS.exists():
+        return {}
+    status = STATUS.read_text()
+    return {kind: _status_gb(status, f"Rss{kind.capitalize()}") for kind in ("anon", "file", "shmem")}
+
+
+def _status_gb(status: str, field: str) -> float:
+    return int(re.search(rf"{field}:\s+(\d+) kB", status).group(1)) * 1024 / 1e9
 
 
 class PhasePeaks:

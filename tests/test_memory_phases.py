@@ -5,7 +5,7 @@ import resource
 
 import numpy as np
 
-from passband.tasks.memory import PhasePeaks, high_water_mark_gb
+from passband.tasks.memory import PhasePeaks, high_water_mark_gb, resident_gb
 
 BLOCK_GB = 0.4
 
@@ -39,3 +39,12 @@ def test_a_repeated_phase_keeps_its_largest_peak():
     with peaks.phase("step"):
         pass
     assert peaks.peaks_gb["step"] == first
+
+
+def test_resident_memory_by_kind_sums_to_rss_and_sees_the_heap():
+    before = resident_gb()
+    block = np.ones(int(BLOCK_GB * 1e9 / 8))
+    during = resident_gb()
+    assert during["anon"] - before["anon"] >= 0.95 * BLOCK_GB
+    assert abs(sum(during.values()) - _rss_gb()) < 0.01
+    del block
