@@ -12,6 +12,8 @@ save, "other") is the kernel's high-water mark VmHWM, reset at each phase bounda
 
     .venv/bin/python scripts/bench_rl_trainer_memory.py --model DIR
     .venv/bin/python scripts/bench_rl_trainer_memory.py --model DIR --variant precision=fp32
+    .venv/bin/python scripts/bench_rl_trainer_memory.py --model DIR --steps 8 --varied-lengths \
+        --variant pad_to_multiple=1 --variant pad_to_multiple=16     # RSS after each update
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class PhasePeaks:
         return wrapped
 
 
-def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: int, steps: int) -> dict:
+def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: int, steps: int,
+        varied_lengths: bool) -> dict:
     import torch
 
     stages = {"python + torch": rss_gb()}
@@ -79,22 +82,31 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
     stages["model + optimizer (no state yet)"] = rss_gb()
     gen = torch.Generator().manual_seed(0)
     vocab = trainer.model.config.vocab_size
-    prompts, responses = [], []
-    for _ in range(6):
-        prompt = torch.randint(0, vocab, (prompt_tokens,), generator=gen).tolist()
-        for _ in range(8):
-            prompts.append(prompt)
-            responses.append(torch.randint(0, vocab, (response_tokens,), generator=gen).tolist())
-    batch = RolloutBatch(prompt_ids=prompts, response_ids=responses,
-                         engine_logp=[[-1.0] * response_tokens for _ in responses],
-                         rewards=[float(i % 3 == 0) for i in range(48)], valid=[True] * 48, tasks=["math"] * 48,
-                         group_size=8)
+
+    def make_batch() -> RolloutBatch:
+        """6 prompts x 8 responses of random tokens: all `response_tokens` long, or, with
+        varied_lengths, each of a length drawn from 5..response_tokens (as rollouts are)."""
+        prompts, responses = [], []
+        for _ in range(6):
+            prompt = torch.randint(0, vocab, (prompt_tokens,), generator=gen).tolist()
+            for _ in range(8):
+                length = int(torch.randint(5, response_tokens + 1, (1,), generator=gen)) if varied_lengths else response_tokens
+                prompts.append(prompt)
+                responses.append(torch.randint(0, vocab, (length,), generator=gen).tolist())
+        return RolloutBatch(prompt_ids=prompts, response_ids=responses,
+                            engine_logp=[[-1.0] * len(response) for response in responses],
+                            rewards=[float(i % 3 == 0) for i in range(48)], valid=[True] * 48, tasks=["math"] * 48,
+                            group_size=8)
+
+    batch = make_batch()
     phases = PhasePeaks()
     update._scoring_pass = phases.wrap("scoring pass (no grad)", update._scoring_pass)
     update._inner_step = phases.wrap("forward + backward", update._inner_step)
     trainer.optimizer.step = phases.wrap("optimizer step", trainer.optimizer.step)
     seconds = []
-    for _ in range(steps):
+    for step in range(steps):
+        if varied_lengths and step:
+            batch = make_batch()
         start = time.perf_counter()
         metrics = update.rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, algo)
         seconds.append(time.perf_counter() - start)
@@ -139,14 +151,18 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=60)
     parser.add_argument("--response-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--varied-lengths", action="store_true",
+                        help="A new batch each update, response lengths drawn from 5..--response-tokens.")
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(one(args.model, json.loads(args.child), args.prompt_tokens, args.response_tokens, args.steps)))
+        print(json.dumps(one(args.model, json.loads(args.child), args.prompt_tokens, args.response_tokens, args.steps,
+                             args.varied_lengths)))
         return
     variants = args.variant or ["precision=fp32", "precision=bf16_autocast"]
     for variant in variants:
         result = run_child(__file__, variant, ["--model", str(args.model), "--prompt-tokens", str(args.prompt_tokens),
-                                               "--response-tokens", str(args.response_tokens), "--steps", str(args.steps)])
+                                               "--response-tokens", str(args.response_tokens), "--steps", str(args.steps),
+                                               *(["--varied-lengths"] if args.varied_lengths else [])])
         stages = ", ".join(f"{name} {gb:.2f}" for name, gb in result["stages_gb"].items())
         phases = ", ".join(f"{name} {gb:.2f}" for name, gb in result["phase_peaks_gb"].items())
         print(f"{variant}: peak {result['peak_gb']:.2f} GB; RSS after: {stages}; phase peaks: {phases}; update s: "

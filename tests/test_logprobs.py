@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from passband.training.logprobs import (engine_trainer_kl, pooled_perplexity, response_logprobs,
+from passband.training.logprobs import (engine_trainer_kl, pad_rows, pooled_perplexity, response_logprobs,
                                         sequence_logprobs, sequence_perplexities)
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [3]]
@@ -55,3 +55,21 @@ def test_perplexities_and_engine_kl_by_hand(model):
 def test_an_empty_prompt_before_a_response_is_refused(model):
     with pytest.raises(ValueError, match="prompt 0 is empty"):
         sequence_logprobs(model, [[]], [[1]])
+
+
+def test_padding_to_a_multiple_changes_the_shape_not_the_values(model):
+    """pad_to_multiple (RL's bound on distinct matmul shapes) only adds right padding no real token sees."""
+    values, mask = pad_rows([[1, 2, 3], [4]], torch.long, multiple=4)
+    assert values.tolist() == [[1, 2, 3, 0], [4, 0, 0, 0]] and mask.tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
+    assert pad_rows([[1] * 5], torch.long, multiple=4)[0].shape == (1, 8)
+    assert pad_rows([[1] * 8], torch.long, multiple=4)[0].shape == (1, 8)
+    widths = []
+    hook = model.model.register_forward_hook(lambda _m, args, kwargs, out: widths.append(kwargs["input_ids"].shape[1]),
+                                             with_kwargs=True)
+    with torch.no_grad():
+        plain = response_logprobs(model, PROMPTS[:2], RESPONSES[:2])
+        padded = response_logprobs(model, PROMPTS[:2], RESPONSES[:2], pad_to_multiple=16)
+    hook.remove()
+    assert widths == [5, 16]  # [4, 5] + [12, 13, 14]: 5 tokens, padded to 16
+    torch.testing.assert_close(padded.logp, plain.logp, atol=1e-6, rtol=1e-6)
+    assert torch.equal(padded.mask, plain.mask)

@@ -25,9 +25,12 @@ class ResponseLogprobs:
     """[B, T] 1.0 on response tokens, 0.0 on padding."""
 
 
-def pad_rows(rows: list[list[float]] | list[list[int]], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad ragged rows into ([B, T] values, [B, T] 0/1 mask)."""
-    width = max((len(r) for r in rows), default=0)
+def pad_rows(
+    rows: list[list[float]] | list[list[int]], dtype: torch.dtype, multiple: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad ragged rows into ([B, T] values, [B, T] 0/1 mask), T the longest row rounded up to
+    a multiple of `multiple`."""
+    width = -(-max((len(r) for r in rows), default=0) // multiple) * multiple
     values = torch.zeros(len(rows), width, dtype=dtype)
     mask = torch.zeros(len(rows), width)
     for i, row in enumerate(rows):
@@ -42,11 +45,14 @@ def response_logprobs(
     response_ids: list[list[int]],
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    pad_to_multiple: int = 1,
 ) -> ResponseLogprobs:
     """log p_model(response_t | prompt, response_<t) / temperature-scaled, for one micro-batch.
 
     Differentiable when grad is enabled (RL calls it inside its loss). `model` is a HF causal LM
-    whose `.model` returns final hidden states and whose `.lm_head` holds the [V, H] head.
+    whose `.model` returns final hidden states and whose `.lm_head` holds the [V, H] head. The
+    decoder's input is right-padded to a multiple of `pad_to_multiple` tokens (fewer distinct
+    shapes; the padding comes after every real token, so causal attention never reads it).
     """
     if len(prompt_ids) != len(response_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
@@ -54,7 +60,7 @@ def response_logprobs(
         raise ValueError(f"temperature must be > 0 to define log-probs, got {temperature}")
     device = model.lm_head.weight.device
     sequences = [p + r for p, r in zip(prompt_ids, response_ids)]
-    input_ids, attention = pad_rows(sequences, torch.long)
+    input_ids, attention = pad_rows(sequences, torch.long, pad_to_multiple)
     hidden = model.model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).last_hidden_state
     # Token r_t sits at position len(prompt) + t and is predicted by the hidden state just before it.
     rows, cols, targets = [], [], []

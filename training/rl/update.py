@@ -130,7 +130,8 @@ def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[i
     try:
         with autocast_for(precision, model.lm_head.weight.device):
             return response_logprobs(model, [batch.prompt_ids[i] for i in chunk],
-                                     [batch.response_ids[i] for i in chunk], cfg.temperature, cfg.logprob_chunk_size)
+                                     [batch.response_ids[i] for i in chunk], cfg.temperature, cfg.logprob_chunk_size,
+                                     cfg.pad_to_multiple)
     finally:
         if handle is not None:
             handle.remove()
