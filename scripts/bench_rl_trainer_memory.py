@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import resource
 import subprocess
 import sys
@@ -46,12 +45,11 @@ class PhasePeaks:
         self.open: list[str] = ["other"]
 
     def _credit(self) -> None:
-        with open("/proc/self/status") as f:
-            hwm = int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * 1024 / 1e9
+        from passband.tasks.memory import CLEAR_REFS, RESET_HIGH_WATER_MARK, high_water_mark_gb
+
         name = self.open[-1]
-        self.peaks[name] = max(self.peaks.get(name, 0.0), hwm)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
+        self.peaks[name] = max(self.peaks.get(name, 0.0), high_water_mark_gb())
+        CLEAR_REFS.write_text(RESET_HIGH_WATER_MARK)
 
     def wrap(self, name: str, fn):
         def wrapped(*args, **kwargs):
