@@ -30,8 +30,8 @@ RUN_CONTROL_FIELDS = {"force", "resume", "distributed"}
 
 class WorkedMathSource(Config):
     """Built-in SFT data: procedural math problems with template-written worked solutions ending in
-    \\boxed{answer} (or, in the plain format, the bare number), each checked by the math verifier
-    (curation/worked_math.py). Never a held-out question, in either format."""
+    "The answer is \\boxed{N}." (or, in the plain format, "The answer is N."), each checked by the math
+    verifier (curation/worked_math.py). Never a held-out question, in either format."""
 
     num_examples: int = Field(200, ge=1)
     """Distinct problems to write solutions for (cycling over difficulty x sub-domain)."""
@@ -43,7 +43,10 @@ class WorkedMathSource(Config):
     """Seed of the problem generators (their own namespace: not the suite's problems)."""
     answer_format: AnswerFormat = "boxed"
     """What the prompts ask for and the completions give: `boxed` (reasoning, then \\boxed{N}) or
-    `plain` ("Answer with just the number.", answered with the number alone)."""
+    `plain` ("Answer with just the number.", answered "... The answer is N.")."""
+    show_work: bool = True
+    """Write the one-line reasoning before the answer. Off, a plain answer is the bare number: the
+    format a small model then copies to counting questions, where it needs the reasoning."""
 
 
 class SFTEvalConfig(Config):

@@ -45,7 +45,7 @@ def test_rows_are_distinct_verified_and_not_the_suite_sample():
 
 
 def test_plain_rows_answer_with_the_number_alone():
-    rows, quarantined = worked_math_rows(20, seed=0, difficulties=[0], answer_format="plain")
+    rows, quarantined = worked_math_rows(20, seed=0, difficulties=[0], answer_format="plain", show_work=False)
     assert quarantined == [] and len(rows) == 20
     for row in rows:
         assert row["prompt"].endswith("? Answer with just the number.") or row["prompt"].endswith(
@@ -55,6 +55,19 @@ def test_plain_rows_answer_with_the_number_alone():
     first = next(row for row in rows if row["subdomain"] == "arithmetic")
     a, b = map(int, re.match(r"What is (\d+) \+ (\d+)\?", first["prompt"]).groups())
     assert first["completion"] == str(a + b)
+
+
+def test_plain_rows_show_their_work_and_end_in_the_number():
+    rows, quarantined = worked_math_rows(25, seed=0, difficulties=[0], answer_format="plain")
+    assert quarantined == [] and len(rows) == 25
+    for row in rows:
+        assert row["completion"].endswith(f" The answer is {row['reference']}.") and "boxed" not in row["completion"]
+    # by hand: the work shown for the first sum and the first rectangle's area
+    first = next(row for row in rows if row["subdomain"] == "arithmetic")
+    a, b = map(int, re.match(r"What is (\d+) \+ (\d+)\?", first["prompt"]).groups())
+    assert first["completion"] == f"{a} + {b} = {a + b}. The answer is {a + b}."
+    counting = [row for row in rows if row["subdomain"] == "combinatorics"]
+    assert len(counting) == 5 and all(len(row["completion"]) > len(" The answer is .") + 8 for row in counting)
 
 
 def test_held_out_questions_are_never_drawn_in_any_format():
