@@ -18,6 +18,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from passband.curation.catalog import VerifierSettings
+from passband.curation.hygiene import question_key
 from passband.curation.suites.source import ProblemSource
 from passband.tasks.checkpoints import commit_checkpoint, newest_committed, scratch_dir
 from passband.tasks.store import fetch_artifact, open_store
@@ -31,8 +32,9 @@ judge) and `error` (the verifier itself failed) are masked out of the gradient i
 
 
 def prompt_key(prompt: str | list[dict[str, str]]) -> str:
-    """A comparable form of a prompt (plain text or chat messages)."""
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+    """A comparable form of a prompt (plain text or chat messages): for text, its question key, so a
+    math question asked for a boxed and for a plain answer is one question (curation.hygiene)."""
+    return question_key(prompt) if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
 def load_rl_problems(
