@@ -107,3 +107,21 @@ def test_precision_is_refused_when_unknown(precision):
     assert RLAlgoConfig(precision=precision).precision == precision
     with pytest.raises(ValueError):
         RLAlgoConfig(precision="fp16")
+
+
+def test_uncached_autocast_gives_the_cached_log_probs_and_gradients_bit_for_bit():
+    # autocast_for turns off autocast's weight cache (memory); each matmul casts its weight itself,
+    # to the same bf16 values: log-probs and gradients must equal the cached run's exactly.
+    model = _model()
+    batch = _batch(model)
+    results = []
+    for context in (lambda: autocast_for("bf16_autocast", torch.device("cpu")),
+                    lambda: torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=True)):
+        model.zero_grad(set_to_none=True)
+        with context():
+            out = response_logprobs(model, batch.prompt_ids, batch.response_ids)
+        (out.logp * out.mask).sum().backward()
+        results.append((out.logp.detach().clone(), [p.grad.clone() for p in model.parameters()]))
+    (logp_uncached, grads_uncached), (logp_cached, grads_cached) = results
+    assert torch.equal(logp_uncached, logp_cached)
+    assert all(torch.equal(a, b) for a, b in zip(grads_uncached, grads_cached))
