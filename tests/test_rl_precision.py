@@ -112,6 +112,8 @@ def test_precision_is_refused_when_unknown(precision):
 def test_uncached_autocast_gives_the_cached_log_probs_and_gradients_bit_for_bit():
     # autocast_for turns off autocast's weight cache (memory); each matmul casts its weight itself,
     # to the same bf16 values: log-probs and gradients must equal the cached run's exactly.
+    with autocast_for("bf16_autocast", torch.device("cpu")):
+        assert not torch.is_autocast_cache_enabled()
     model = _model()
     batch = _batch(model)
     results = []
