@@ -30,6 +30,7 @@ from passband.curation.hygiene import question_key
 from passband.curation.rows import quarantine
 from passband.curation.suites.math_problems import SUBDOMAINS, MathProblem, make_problem, render_answer
 from passband.curation.suites.math_suite import AnswerFormat, extraction_rule_for, render_prompt
+from passband.curation.suites.round_robin import draw_round_robin
 
 MAX_DUPLICATE_DRAWS = 500  # consecutive repeats after which a (subdomain, difficulty) is exhausted
 _ADD_EQ = re.compile(r"^x ([+-]) (\d+) = (-?\d+)$")  # "x + 5 = 13", "x - 7 = -6"
@@ -117,12 +118,13 @@ def worked_completion(problem: MathProblem, answer_format: AnswerFormat = "boxed
 def worked_math_rows(
     num_examples: int, seed: int, difficulties: list[int], subdomains: list[str] | None = None,
     answer_format: AnswerFormat = "boxed", exclude_questions: frozenset[str] = frozenset(),
-    show_work: bool = True,
+    show_work: bool = True, balanced: bool = True,
 ) -> tuple[list[dict], list[dict]]:
     """(verified rows, quarantined rows) of `num_examples` distinct problems in `answer_format`,
     none of whose question keys is in `exclude_questions`.
 
-    Rows cycle through (difficulty, subdomain) pairs; each has the suite's columns (id, task,
+    Rows cycle through (difficulty, subdomain) pairs (a pair that runs out of distinct problems is an
+    error when `balanced`, otherwise it leaves the cycle); each has the suite's columns (id, task,
     subdomain, prompt, reference, source, difficulty) plus `completion`. A completion the math
     verifier does not pass comes back quarantined with the verifier's detail.
     """
@@ -137,30 +139,31 @@ def worked_math_rows(
     rngs = {cell: random.Random(f"worked:{cell[1]}:{cell[0]}:{seed}") for cell in cells}
     # A last-number extractor cannot read a fraction: plain answers are whole numbers.
     integer_only = answer_format == "plain"
-    seen: set[str] = set()
-    rows = []
-    for i in range(num_examples):
-        difficulty, subdomain = cells[i % len(cells)]
-        for _ in range(MAX_DUPLICATE_DRAWS):
-            problem = make_problem(subdomain, rngs[(difficulty, subdomain)], difficulty, integer_only)
-            prompt = render_prompt(problem.question, answer_format)
-            if prompt not in seen and question_key(prompt) not in exclude_questions:
-                break
-        else:
-            raise ValueError(f"worked math: {subdomain} at difficulty {difficulty} has too few distinct "
-                             f"problems outside the {len(exclude_questions)} held-out questions for "
-                             f"{num_examples} examples; ask for fewer, or name fewer subdomains")
-        seen.add(prompt)
-        rows.append({
+
+    def exhausted(cell: tuple[int, str] | None, drawn: int) -> str:
+        where = "all its cells" if cell is None else f"{cell[1]} at difficulty {cell[0]}"
+        return (f"worked math: {where} ran out of distinct problems outside the {len(exclude_questions)} "
+                f"held-out questions after {drawn} for {num_examples} examples; ask for fewer, or "
+                + ("name fewer subdomains, or draw unbalanced" if balanced else "add difficulties"))
+
+    drawn = draw_round_robin(
+        cells, lambda cell: make_problem(cell[1], rngs[cell], cell[0], integer_only),
+        key=lambda problem: render_prompt(problem.question, answer_format), num=num_examples,
+        max_duplicate_draws=MAX_DUPLICATE_DRAWS, exhausted_message=exhausted, balanced=balanced,
+        excluded=lambda prompt: question_key(prompt) in exclude_questions)
+    rows = [
+        {
             "id": f"worked-{subdomain}-d{difficulty}-s{seed}-{i}",
             "task": "math",
             "subdomain": subdomain,
-            "prompt": prompt,
+            "prompt": render_prompt(problem.question, answer_format),
             "completion": worked_completion(problem, answer_format, show_work),
             "reference": render_answer(problem.answer),
             "source": f"worked-math-d{difficulty}",
             "difficulty": difficulty,
-        })
+        }
+        for i, ((difficulty, subdomain), problem) in enumerate(drawn)
+    ]
     results = verify_math([r["completion"] for r in rows], [r["reference"] for r in rows],
                           rule=extraction_rule_for(answer_format))
     kept = [row for row, result in zip(rows, results) if result.status == "pass"]

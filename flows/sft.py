@@ -47,6 +47,10 @@ class WorkedMathSource(Config):
     show_work: bool = True
     """Write the one-line reasoning before the answer. Off, a plain answer is the bare number: the
     format a small model then copies to counting questions, where it needs the reasoning."""
+    balanced: bool = True
+    """Every (difficulty, sub-domain) pair gives an equal share, an error when one runs out of problems
+    outside the held-out questions; off, a pair that runs out leaves the cycle and the others fill the
+    rest (a large eval split at difficulty 0 leaves few number-theory questions)."""
 
 
 class SFTEvalConfig(Config):

@@ -35,6 +35,10 @@ class MathSuiteOptions(Options):
     """Sub-domains to draw from (None: all five)."""
     answer_format: AnswerFormat = "plain"
     """The instruction appended to every question ("just the number" or "\\boxed{}")."""
+    balanced: bool = True
+    """Every sub-domain gets an equal share (an error when one runs out of distinct problems); off,
+    a sub-domain that runs out leaves the cycle and the others fill the rest (difficulty 0: 160
+    balanced, 361 unbalanced)."""
 
 
 class MathTask(Task):
@@ -48,7 +52,8 @@ class MathTask(Task):
 
     def problems(self, num_problems: int, seed: int, difficulty: int | str,
                  options: MathSuiteOptions) -> list[dict]:
-        return generate_math(num_problems, seed, int(difficulty), options.subdomains, options.answer_format)
+        return generate_math(num_problems, seed, int(difficulty), options.subdomains, options.answer_format,
+                             options.balanced)
 
     def render_prompt(self, question: str, answer_format: AnswerFormat) -> str:
         """The prompt for `question`: the question and the answer-format instruction."""

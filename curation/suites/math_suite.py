@@ -10,6 +10,7 @@ import random
 from typing import Literal
 
 from passband.curation.suites.math_problems import MAX_DIFFICULTY, SUBDOMAINS, make_problem, render_answer
+from passband.curation.suites.round_robin import draw_round_robin
 
 AnswerFormat = Literal["boxed", "plain"]
 # Consecutive duplicate draws after which a (subdomain, difficulty) counts as exhausted.
@@ -55,12 +56,16 @@ def generate_math(
     difficulty: int = 0,
     subdomains: list[str] | None = None,
     answer_format: AnswerFormat = "boxed",
+    balanced: bool = True,
 ) -> list[dict]:
     """`num_problems` distinct rows, cycling through `subdomains` (all five by default).
 
     Each sub-domain draws from its own generator seeded by (seed, subdomain, difficulty), so
-    adding a sub-domain does not change the problems of the others. Raises ValueError when a
-    sub-domain has fewer distinct problems at this difficulty than requested.
+    adding a sub-domain does not change the problems of the others. Balanced, raises ValueError
+    when a sub-domain has fewer distinct problems at this difficulty than its share; unbalanced, a
+    sub-domain that runs out leaves the cycle and the others fill the rest (difficulty 0 holds 32
+    combinatorics questions but 100 arithmetic ones). Rows before the first sub-domain runs out
+    are the same either way.
     """
     if num_problems < 0:
         raise ValueError(f"num_problems must be >= 0, got {num_problems}")
@@ -73,29 +78,28 @@ def generate_math(
         raise ValueError(f"subdomains must be a non-empty subset of {list(SUBDOMAINS)}, "
                          f"got {subdomains!r}")
     rngs = {name: random.Random(f"math:{name}:{difficulty}:{seed}") for name in chosen}
-    seen_prompts: set[str] = set()
-    rows = []
-    for i in range(num_problems):
-        subdomain = chosen[i % len(chosen)]
-        for _ in range(MAX_DUPLICATE_DRAWS):
-            problem = make_problem(subdomain, rngs[subdomain], difficulty,
-                                   integer_only=answer_format == "plain")
-            prompt = render_prompt(problem.question, answer_format)
-            if prompt not in seen_prompts:
-                break
-        else:
-            raise ValueError(
-                f"{subdomain} at difficulty {difficulty} ran out of distinct problems after "
-                f"{sum(row['subdomain'] == subdomain for row in rows)}; ask for fewer problems "
-                f"or a higher difficulty")
-        seen_prompts.add(prompt)
-        rows.append({
+    integer_only = answer_format == "plain"
+
+    def exhausted(subdomain: str | None, drawn: int) -> str:
+        if subdomain is None:
+            return (f"the sub-domains {chosen} at difficulty {difficulty} hold {drawn} distinct "
+                    f"problems, fewer than the {num_problems} asked for")
+        return (f"{subdomain} at difficulty {difficulty} ran out of distinct problems after {drawn}; "
+                f"ask for fewer problems, a higher difficulty, or an unbalanced draw")
+
+    drawn = draw_round_robin(
+        chosen, lambda name: make_problem(name, rngs[name], difficulty, integer_only),
+        key=lambda problem: render_prompt(problem.question, answer_format), num=num_problems,
+        max_duplicate_draws=MAX_DUPLICATE_DRAWS, exhausted_message=exhausted, balanced=balanced)
+    return [
+        {
             "id": f"math-{subdomain}-d{difficulty}-s{seed}-{i}",
             "task": "math",
             "subdomain": subdomain,
-            "prompt": prompt,
+            "prompt": render_prompt(problem.question, answer_format),
             "reference": render_answer(problem.answer),
             "source": f"procedural-math-d{difficulty}",
             "difficulty": difficulty,
-        })
-    return rows
+        }
+        for i, (subdomain, problem) in enumerate(drawn)
+    ]
