@@ -7,8 +7,9 @@ is its own; stages: imports, model loaded, optimizer built (AdamW state is alloc
 the first step), after each update, after the weight sync's save and after malloc_trim (what the
 process still holds; the difference is freed heap that glibc kept), and seconds of the update.
 The peak of each phase (the no-grad scoring pass, forward + backward, the optimizer step, the
-save, "other") is the kernel's high-water mark VmHWM, reset at each phase boundary
-(/proc/self/clear_refs); the process's peak is the largest of them.
+save, "other": the rest after loading) is the kernel's high-water mark VmHWM, reset at each phase
+boundary (/proc/self/clear_refs, tasks.memory.PhasePeaks); the run's peak is the largest of them,
+and the stage "peak while loading" is the mark before the first of them.
 
     .venv/bin/python scripts/bench_rl_trainer_memory.py --model DIR
     .venv/bin/python scripts/bench_rl_trainer_memory.py --model DIR --variant precision=fp32
@@ -33,34 +34,12 @@ def rss_gb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 1e9
 
 
-class PhasePeaks:
-    """Peak RSS (GB) of named phases, nested: a phase's peak excludes the phases inside it.
-
-    Linux keeps one high-water mark per process (VmHWM); writing 5 to /proc/self/clear_refs resets
-    it to the current RSS. At every boundary the mark is credited to the innermost open phase and
-    reset, so each phase sees only its own span."""
-
-    def __init__(self) -> None:
-        self.peaks: dict[str, float] = {}
-        self.open: list[str] = ["other"]
-
-    def _credit(self) -> None:
-        from passband.tasks.memory import CLEAR_REFS, RESET_HIGH_WATER_MARK, high_water_mark_gb
-
-        name = self.open[-1]
-        self.peaks[name] = max(self.peaks.get(name, 0.0), high_water_mark_gb())
-        CLEAR_REFS.write_text(RESET_HIGH_WATER_MARK)
-
-    def wrap(self, name: str, fn):
-        def wrapped(*args, **kwargs):
-            self._credit()
-            self.open.append(name)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._credit()
-                self.open.pop()
-        return wrapped
+def in_phase(phases, name: str, fn):
+    """`fn`, each call of it a phase `name` of `phases` (tasks.memory.PhasePeaks)."""
+    def wrapped(*args, **kwargs):
+        with phases.phase(name):
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: int, steps: int,
@@ -68,6 +47,7 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
     import torch
 
     stages = {"python + torch": rss_gb()}
+    from passband.tasks.memory import PhasePeaks, high_water_mark_gb
     from passband.training.heap import trim_heap
     from passband.training.rl import update
     from passband.training.rl.batching import RolloutBatch
@@ -97,26 +77,28 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
                             group_size=8)
 
     batch = make_batch()
+    stages["peak while loading"] = high_water_mark_gb()
     phases = PhasePeaks()
-    update._scoring_pass = phases.wrap("scoring pass (no grad)", update._scoring_pass)
-    update._inner_step = phases.wrap("forward + backward", update._inner_step)
-    trainer.optimizer.step = phases.wrap("optimizer step", trainer.optimizer.step)
-    seconds = []
-    for step in range(steps):
-        if varied_lengths and step:
-            batch = make_batch()
-        start = time.perf_counter()
-        metrics = update.rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, algo)
-        seconds.append(time.perf_counter() - start)
-        stages[f"after update {len(seconds)}"] = rss_gb()
-    save = phases.wrap("weight-sync save", trainer.model.save_pretrained)
-    with tempfile.TemporaryDirectory() as scratch:  # the weight sync's save (tasks/rl.py: push_weights)
-        save(Path(scratch) / "weights")
-    stages["after weight-sync save"] = rss_gb()
-    trim_heap()  # what is left is what the process holds: the rest was freed heap kept by malloc
-    stages["after malloc_trim"] = rss_gb()
-    return {"variant": overrides, "stages_gb": stages, "phase_peaks_gb": phases.peaks,
-            "peak_gb": max(phases.peaks.values()), "update_s": seconds, "skipped": metrics["skipped"]}
+    update._scoring_pass = in_phase(phases, "scoring pass (no grad)", update._scoring_pass)
+    update._inner_step = in_phase(phases, "forward + backward", update._inner_step)
+    trainer.optimizer.step = in_phase(phases, "optimizer step", trainer.optimizer.step)
+    with phases.phase("other"):  # the rest of the run from here: batches, the update's own code, the trim
+        seconds = []
+        for step in range(steps):
+            if varied_lengths and step:
+                batch = make_batch()
+            start = time.perf_counter()
+            metrics = update.rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, algo)
+            seconds.append(time.perf_counter() - start)
+            stages[f"after update {len(seconds)}"] = rss_gb()
+        save = in_phase(phases, "weight-sync save", trainer.model.save_pretrained)
+        with tempfile.TemporaryDirectory() as scratch:  # the weight sync's save (tasks/rl.py: push_weights)
+            save(Path(scratch) / "weights")
+        stages["after weight-sync save"] = rss_gb()
+        trim_heap()  # what is left is what the process holds: the rest was freed heap kept by malloc
+        stages["after malloc_trim"] = rss_gb()
+    return {"variant": overrides, "stages_gb": stages, "phase_peaks_gb": phases.peaks_gb,
+            "peak_gb": max(phases.peaks_gb.values()), "update_s": seconds, "skipped": metrics["skipped"]}
 
 
 def run_child(script: str, variant: str, argv: list[str]) -> dict:

@@ -38,10 +38,14 @@ def _status_gb(status: str, field: str) -> float:
 
 
 class PhasePeaks:
-    """Peak RSS (GB) of named, non-overlapping phases of this process."""
+    """Peak RSS (GB) of named phases of this process. Phases may nest: a phase's peak is that of its
+    own span, the phases inside it excluded (at every boundary the mark is credited to the innermost
+    open phase and reset), so a benchmark can wrap its whole run as "other" and the steps inside it
+    by name."""
 
     def __init__(self) -> None:
         self.peaks_gb: dict[str, float] = {}
+        self._open: list[str] = []
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -49,6 +53,16 @@ class PhasePeaks:
         if not CLEAR_REFS.exists():
             yield
             return
+        self._credit_innermost()
+        self._open.append(name)
+        try:
+            yield
+        finally:  # an enclosing phase resumes either way: its span must not absorb this one's peak
+            self._credit_innermost()
+            self._open.pop()
+
+    def _credit_innermost(self) -> None:
+        if self._open:
+            name = self._open[-1]
+            self.peaks_gb[name] = max(self.peaks_gb.get(name, 0.0), high_water_mark_gb())
         CLEAR_REFS.write_text(RESET_HIGH_WATER_MARK)
-        yield
-        self.peaks_gb[name] = max(self.peaks_gb.get(name, 0.0), high_water_mark_gb())

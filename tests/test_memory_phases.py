@@ -48,3 +48,17 @@ def test_resident_memory_by_kind_sums_to_rss_and_sees_the_heap():
     assert during["anon"] - before["anon"] >= 0.95 * BLOCK_GB
     assert abs(sum(during.values()) - _rss_gb()) < 0.01
     del block
+
+
+def test_a_nested_phase_keeps_its_peak_out_of_the_enclosing_one():
+    peaks = PhasePeaks()
+    with peaks.phase("other"):
+        level = _rss_gb()
+        with peaks.phase("spike"):
+            block = np.ones(int(BLOCK_GB * 1e9 / 8))
+            del block
+        after_spike = _rss_gb()
+    assert peaks.peaks_gb["spike"] >= level + 0.95 * BLOCK_GB
+    # The enclosing phase saw its own span before and after the spike, not the spike.
+    assert peaks.peaks_gb["other"] < max(level, after_spike) + 0.05
+    assert peaks.peaks_gb["other"] < peaks.peaks_gb["spike"] - 0.9 * BLOCK_GB
