@@ -32,28 +32,26 @@ def draw_round_robin(
     unbalanced one goes on with the other cells and, when every cell is exhausted, raises
     ValueError(`exhausted_message(None, items drawn in all)`).
     """
-    taken = [0] * len(cells)
     order = list(range(len(cells)))  # positions in `cells` of the cells still taking turns
     seen: set[str] = set()
     picked: list[tuple[Cell, Item]] = []
     turn = 0
     while len(picked) < num:
-        position = order[turn]
-        cell = cells[position]
+        cell = cells[order[turn]]
         for _ in range(max_duplicate_draws):
             item = draw(cell)
-            if key(item) not in seen and not excluded(key(item)):
+            item_key = key(item)
+            if item_key not in seen and not excluded(item_key):
                 break
         else:
             if balanced:
-                raise ValueError(exhausted_message(cell, taken[position]))
+                raise ValueError(exhausted_message(cell, sum(drawn == cell for drawn, _ in picked)))
             if len(order) == 1:
                 raise ValueError(exhausted_message(None, len(picked)))
             del order[turn]
             turn %= len(order)
             continue
-        seen.add(key(item))
-        taken[position] += 1
+        seen.add(item_key)
         picked.append((cell, item))
         turn = (turn + 1) % len(order)
     return picked
