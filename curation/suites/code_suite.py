@@ -10,6 +10,7 @@ import random
 from passband.curation.suites.code_catalog_advanced import DIFFICULTY_2, DIFFICULTY_3
 from passband.curation.suites.code_catalog_basic import DIFFICULTY_0, DIFFICULTY_1
 from passband.curation.suites.code_problem import CodeProblem, render_prompt, render_tests
+from passband.curation.suites.round_robin import draw_round_robin
 
 MAKERS_BY_DIFFICULTY = (DIFFICULTY_0, DIFFICULTY_1, DIFFICULTY_2, DIFFICULTY_3)
 MAX_DIFFICULTY = len(MAKERS_BY_DIFFICULTY) - 1
@@ -31,19 +32,12 @@ def draw_code_problems(num_problems: int, seed: int, difficulty: int = 0) -> lis
         raise ValueError(f"num_problems must be >= 0, got {num_problems}")
     makers = MAKERS_BY_DIFFICULTY[difficulty]
     rng = random.Random(f"code:{difficulty}:{seed}")
-    seen_prompts: set[str] = set()
-    problems = []
-    for _ in range(num_problems):
-        for _ in range(MAX_DUPLICATE_DRAWS):
-            problem = rng.choice(makers)(rng)
-            if render_prompt(problem) not in seen_prompts:
-                break
-        else:
-            raise ValueError(f"code difficulty {difficulty} ran out of distinct problems after "
-                             f"{len(problems)}; ask for fewer problems or another difficulty")
-        seen_prompts.add(render_prompt(problem))
-        problems.append(problem)
-    return problems
+    drawn = draw_round_robin(
+        [difficulty], lambda _: rng.choice(makers)(rng), key=render_prompt, num=num_problems,
+        max_duplicate_draws=MAX_DUPLICATE_DRAWS,
+        exhausted_message=lambda _, drawn: (f"code difficulty {difficulty} ran out of distinct problems after "
+                                            f"{drawn}; ask for fewer problems or another difficulty"))
+    return [problem for _, problem in drawn]
 
 
 def generate_code(num_problems: int, seed: int, difficulty: int = 0) -> list[dict]:

@@ -12,6 +12,7 @@ for k rows.
 import random
 from typing import Literal
 
+from passband.curation.suites.round_robin import draw_round_robin
 from passband.curation.suites.ifeval_constraints import (
     EASY_IDS,
     HARD_IDS,
@@ -64,25 +65,21 @@ def generate_ifeval(
         raise ValueError(f"max_constraints must be in 1..{len(pool)} for difficulty "
                          f"{difficulty!r}, got {max_constraints}")
     rng = random.Random(f"ifeval:{difficulty}:{max_constraints}:{seed}")
-    seen_prompts: set[str] = set()
-    rows = []
-    for index in range(num_problems):
-        for _ in range(MAX_DUPLICATE_DRAWS):
-            prompt, instructions = _draw_problem(rng, pool, max_constraints)
-            if prompt not in seen_prompts:
-                break
-        else:
-            raise ValueError(f"ran out of distinct prompts after {index} rows; ask for fewer")
-        seen_prompts.add(prompt)
-        rows.append({
+    drawn = draw_round_robin(
+        [difficulty], lambda _: _draw_problem(rng, pool, max_constraints), key=lambda problem: problem[0],
+        num=num_problems, max_duplicate_draws=MAX_DUPLICATE_DRAWS,
+        exhausted_message=lambda _, rows: f"ran out of distinct prompts after {rows} rows; ask for fewer")
+    return [
+        {
             "id": f"ifeval-{difficulty}-c{max_constraints}-s{seed}-{index}",
             "task": "ifeval",
             "subdomain": SUBDOMAINS[instructions[0]["id"].split(":")[0]],
             "prompt": prompt,
             "reference": {"instructions": instructions},
             "source": "passband-procedural",
-        })
-    return rows
+        }
+        for index, (_, (prompt, instructions)) in enumerate(drawn)
+    ]
 
 
 def _draw_problem(

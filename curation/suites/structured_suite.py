@@ -11,6 +11,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from passband.curation.suites.round_robin import draw_round_robin
+
 MAX_DIFFICULTY = 2
 # Consecutive duplicate prompts after which the request counts as too large for the pool.
 MAX_DUPLICATE_DRAWS = 500
@@ -73,17 +75,12 @@ def generate_structured(num_problems: int, seed: int, difficulty: int = 0) -> li
     if not 0 <= difficulty <= MAX_DIFFICULTY:
         raise ValueError(f"difficulty must be in 0..{MAX_DIFFICULTY}, got {difficulty}")
     rng = random.Random(f"structured:{difficulty}:{seed}")
-    seen_prompts: set[str] = set()
-    rows = []
-    for index in range(num_problems):
-        for _ in range(MAX_DUPLICATE_DRAWS):
-            subdomain, prompt, fields = _draw_problem(rng, difficulty)
-            if prompt not in seen_prompts:
-                break
-        else:
-            raise ValueError(f"ran out of distinct prompts after {index} rows; ask for fewer")
-        seen_prompts.add(prompt)
-        rows.append({
+    drawn = draw_round_robin(
+        [difficulty], lambda _: _draw_problem(rng, difficulty), key=lambda problem: problem[1],
+        num=num_problems, max_duplicate_draws=MAX_DUPLICATE_DRAWS,
+        exhausted_message=lambda _, rows: f"ran out of distinct prompts after {rows} rows; ask for fewer")
+    return [
+        {
             "id": f"structured-{subdomain}-d{difficulty}-s{seed}-{index}",
             "task": "structured",
             "subdomain": subdomain,
@@ -91,8 +88,9 @@ def generate_structured(num_problems: int, seed: int, difficulty: int = 0) -> li
             "reference": {"fields": fields},
             "source": f"procedural-structured-d{difficulty}",
             "difficulty": difficulty,
-        })
-    return rows
+        }
+        for index, (_, (subdomain, prompt, fields)) in enumerate(drawn)
+    ]
 
 
 def _draw_problem(rng: random.Random, difficulty: int) -> tuple[str, str, dict]:
