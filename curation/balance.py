@@ -11,6 +11,7 @@ import math
 import random
 from collections.abc import Hashable
 from fractions import Fraction
+from typing import Literal
 
 from pydantic import Field
 
@@ -143,6 +144,9 @@ class BalanceConfig(CurationConfig):
     align_sizes: bool = True
     """Subsample every task's RL set to the target size (no upsampling)."""
     target_size: int | None = Field(None, ge=1)
-    """RL rows per task (times its weight); None: the smallest in-band task pool."""
+    """RL rows per task (times its weight); None: the smallest non-empty in-band task pool."""
+    on_empty_task: Literal["warn", "fail"] = "warn"
+    """A task none of whose problems lies in its band: 'warn' names it (band, pass-rate histogram)
+    and aligns the other tasks to the smallest non-empty pool; 'fail' stops the run naming it."""
     seed: int = 0
     """Seed of the draws."""

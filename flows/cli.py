@@ -65,6 +65,10 @@ def resolve(flow_name: str, preset: str | None, config_file: Path | None, overri
         raise click.UsageError(str(err)) from err
 
 
+PARTIAL_EXIT_CODE = 3
+"""A run that ended without doing all it was asked (its summary's status is 'partial')."""
+
+
 class HomeBusy(click.ClickException):
     """Another `passband run` holds this PASSBAND_HOME."""
 
@@ -81,6 +85,9 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
 
     One run at a time per PASSBAND_HOME: a second one fails at once (exit 75) naming the holder,
     or queues behind it with --wait. A failed run still prints its JSON line, with its MLflow run.
+    Exit codes: 0 completed; 1 failed; 2 bad usage or config; 3 partial (the run ended without doing
+    all it was asked, e.g. RL stopped by max_iterations_this_run, or curate with every RL set empty:
+    stderr and the JSON line's `message` say why); 75 the home is busy.
     """
     from passband.flows.stack import prepare_environment, stdout_reserved_for_summary
     from passband.tasks.lock import LockHeld, home_lock
@@ -106,8 +113,12 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
             summary = {"flow": flow_name, "status": "failed", "mlflow_run_id": failed_flow_run(started_ms, settings),
                        "outputs": {}, "metrics": {}, "error": f"{type(err).__name__}: {err}"}
             summary_out.write(json.dumps(summary) + "\n")
+            click.echo(f"{flow_name}: failed: {summary['error']}", err=True)  # the last line, under the logs
             raise SystemExit(1) from err
         summary_out.write(json.dumps(summary) + "\n")
+    if summary["status"] == "partial":
+        click.echo(f"{flow_name}: partial: {summary['message']}", err=True)
+        sys.exit(PARTIAL_EXIT_CODE)
 
 
 @main.command("config")

@@ -27,6 +27,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     """Pools -> eval_*, rl_*, sft_stage1, sft_stage2 and removed Parquet artifacts + metrics."""
     from passband.curation.bands import BandFilter, DifficultyBands, label_rows, prefilter_by_column
     from passband.curation.curate_rows import attach_pass_rates, count_by, removed_record
+    from passband.curation.rl_selection import rl_funnel
     from passband.tasks import tracking
     from passband.tasks.model import resolve_model
     from passband.tasks.passrate import LazyEngine, SamplingTally, checkpoint_id, estimate_pass_rates
@@ -45,6 +46,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
         outputs: dict[str, str] = {}
 
         train, evals = _load_and_hold_out(config)
+        pool_sizes = {task_name: len(rows) for task_name, rows in train.items()}
         for task_name, rows in evals.items():
             outputs[f"eval_{task_name}"] = _commit(rows, f"eval_{task_name}", "eval", run_id, resolved)
         eval_rows = [row for rows in evals.values() for row in rows]
@@ -81,10 +83,11 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
                 sum(r["pass_rate"] for r in train[task_name]) / max(len(rows), 1))
         _log_pass_rate_plots(config, train, bands, metrics, run_id)
 
-        rl_sets = _rl_sets(config, train, removed)
+        rl_sets, empty_bands = _rl_sets(config, train, removed)
         for task_name, rows in rl_sets.items():
             outputs[f"rl_{task_name}"] = _commit(rows, f"rl_{task_name}", "training", run_id, resolved)
             metrics[f"kept/rl_{task_name}"] = len(rows)
+        rl_empty = _report_rl_funnel(rl_sets, empty_bands, rl_funnel(pool_sizes, removed, rl_sets))
 
         if config.sft.enabled:
             from passband.flows.curate_sft import build_sft_sets
@@ -105,6 +108,8 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
                        shards_computed=tally.shards_computed, wall_seconds=time.perf_counter() - start)
         tracking.log_metrics(metrics, step=0, run_id=run_id)
         logger.info("curate done in %.0f s: %s", metrics["wall_seconds"], sorted(outputs))
+        if rl_empty:
+            return run.finish(outputs, metrics, status="partial", message=rl_empty)
         return run.finish(outputs, metrics)
 
 
@@ -176,35 +181,43 @@ def _log_pass_rate_plots(config: CurateConfig, train: dict, bands, metrics: dict
             metrics[f"{task_name}/band/{label}"] = counts.get(task_name, {}).get(label, 0)
 
 
-def _rl_sets(config: CurateConfig, train: dict, removed: list[dict]) -> dict[str, list[dict]]:
-    """The recipe's band per task, then stratified sampling and size alignment across tasks."""
-    from passband.curation.balance import align_sizes, stratified_sample
-    from passband.curation.bands import BandFilter, apply_band
+def _rl_sets(config: CurateConfig, train: dict, removed: list[dict]) -> tuple[dict[str, list[dict]], list]:
+    """The recipe's band per task, then stratified sampling and size alignment across tasks;
+    (RL rows per task, the tasks whose band held no problem)."""
+    from passband.curation.bands import BandFilter
     from passband.curation.catalog import task
     from passband.curation.curate_rows import removed_record
+    from passband.curation.rl_selection import select_rl_sets
 
-    in_band = {}
-    for task_name, rows in train.items():
-        pool = config.tasks[task_name]
-        band = BandFilter.parse(pool.band) if pool.band else task(task_name).default_band
-        in_band[task_name], out = apply_band(rows, band)
-        removed.extend(removed_record(row, "band") for row in out)
-    balance = config.balance
-    target = balance.target_size or min(len(rows) for rows in in_band.values())
-    if balance.stratify_key is None:
-        if not balance.align_sizes:
-            return in_band
-        aligned, out = align_sizes(in_band, target, balance.seed)
-        removed.extend(removed_record(row, "balance") for row in out)
-        return aligned
-    selected = {}
-    for task_name, rows in in_band.items():
-        pool = config.tasks[task_name]
-        total = min(len(rows), round(target * pool.weight)) if balance.align_sizes else len(rows)
-        selected[task_name], out = stratified_sample(rows, balance.stratify_key, total=total,
-                                                     proportions=pool.proportions, seed=balance.seed)
-        removed.extend(removed_record(row, "balance") for row in out)
-    return selected
+    bands = {name: BandFilter.parse(config.tasks[name].band) if config.tasks[name].band else task(name).default_band
+             for name in train}
+    selection = select_rl_sets(train, bands, config.balance,
+                               weights={name: config.tasks[name].weight for name in train},
+                               proportions={name: config.tasks[name].proportions for name in train})
+    removed.extend(removed_record(row, "band") for row in selection.removed_by_band)
+    removed.extend(removed_record(row, "balance") for row in selection.removed_by_balance)
+    return selection.sets, selection.empty
+
+
+def _report_rl_funnel(rl_sets: dict[str, list[dict]], empty_bands: list, funnel: list[dict]) -> str | None:
+    """Log and publish which stage removed what per task; warn for each task with an empty band.
+    Returns why the run is partial (every RL set is empty), else None."""
+    from passband.curation.rl_selection import funnel_markdown
+    from passband.tasks.stage import publish_markdown
+
+    logger = get_run_logger()
+    table = funnel_markdown(funnel)
+    publish_markdown("# RL sets: problems removed per stage\n\n" + table,
+                     "curate: problems per task kept for RL and removed by hygiene, prefilter, band and balance")
+    for empty in empty_bands:
+        logger.warning("%s; its RL set is empty and the other tasks are aligned without it", empty.describe())
+    if rl_sets and not any(rl_sets.values()):
+        message = ("every RL set is empty (" + ", ".join(f"rl_{name}" for name in rl_sets) + "): no problem lies in "
+                   "its task's band; widen the bands, add problems or pass-rate samples (see the table above)")
+        logger.warning("%s\n%s", message, table)
+        return message
+    logger.info("RL sets, problems removed per stage:\n%s", table)
+    return None
 
 
 def _commit(rows: list[dict], name: str, context: str, run_id: str, resolved: dict) -> str:
@@ -221,7 +234,8 @@ def _commit(rows: list[dict], name: str, context: str, run_id: str, resolved: di
 
         for column, kind in RL_EXTRA_COLUMNS.items():
             table = table.append_column(column, pa.array([], type=getattr(pa, kind)()))
-    uri = commit_table(table, f"datasets/curate/{run_id}/{name}", "curate", resolved)
+    # the producing run in the manifest: RL names it when this set is empty
+    uri = commit_table(table, f"datasets/curate/{run_id}/{name}", "curate", resolved, extra={"mlflow_run_id": run_id})
     tracking.log_dataset(uri, name, context, table, run_id)
     return uri
 

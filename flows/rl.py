@@ -57,7 +57,8 @@ def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, prob
     from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
-    picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, config.weights(),
+    weights = {task: weight for task, weight in config.weights().items() if task in problems}  # empty sets left out
+    picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
                                    trainer.state.consumed, config.prompts_per_step, config.seed)
     rows = [problems[task][index] for task, index in picks]
     prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
@@ -176,7 +177,9 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
         if config.eval is not None:
             eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
         eval_prompts = {prompt_key(row["prompt"]) for rows in eval_sets.values() for row in rows}
-        problems, dropped = load_rl_problems(config.datasets, eval_prompts, run_id)
+        problems, dropped, empty = load_rl_problems(config.datasets, eval_prompts, run_id)
+        for line in empty:
+            logger.warning("rl: %s has no rows; training on the other tasks", line)
         logger.info("rl problems per task: %s (dropped as eval prompts: %s)",
                     {t: len(rows) for t, rows in problems.items()}, dropped)
         for task, ref in config.datasets.items():
@@ -251,9 +254,10 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
             metrics |= {"best/value": state.best.value, "best/iteration": float(state.best.iteration)}
         metrics["wall_s"] = time.perf_counter() - started
         if state.iteration < config.num_iterations and not state.stopped_early:
-            logger.info("rl: stopped after iteration %d of %d (max_iterations_this_run); rerun to continue",
-                        state.iteration, config.num_iterations)
-            return run.finish(outputs, metrics, status="partial")
+            message = (f"stopped after iteration {state.iteration} of {config.num_iterations} "
+                       "(max_iterations_this_run); rerun to continue")
+            logger.info("rl: %s", message)
+            return run.finish(outputs, metrics, status="partial", message=message)
         card = (f"# passband RL checkpoint\n\nMulti-task RL (docs/recipe.md section 4) of `{config.model}` on "
                 f"{', '.join(sorted(problems))}, {state.iteration} iterations; the checkpoint with the best "
                 f"`{config.eval.best_metric if config.eval else 'final'}`: {outputs['best_checkpoint']}.\n")

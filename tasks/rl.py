@@ -37,21 +37,35 @@ def prompt_key(prompt: str | list[dict[str, str]]) -> str:
     return question_key(prompt) if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
+class EmptyTrainingSet(ValueError):
+    """Every RL dataset is empty: there is nothing to train on."""
+
+
 def load_rl_problems(
     datasets: dict[str, str | ProblemSource], exclude_prompts: set[str], run_id: str | None = None,
-) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
-    """(task -> rows, task -> rows dropped because their prompt is an eval prompt).
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int], list[str]]:
+    """(task -> rows, task -> rows dropped because their prompt is an eval prompt, why each empty
+    dataset was left out).
 
     Values of `datasets` are dataset artifact URIs (curate's `rl_<task>`) or problem sources.
-    Every row must belong to the task it is listed under: its verifier is that task's.
+    Every row must belong to the task it is listed under: its verifier is that task's. A task
+    whose dataset has no rows is left out (its line says which curate run wrote it); when every
+    dataset is empty, EmptyTrainingSet says so in one line, before any engine or trainer opens.
     """
-    from passband.tasks.evaluation import eval_sets_from
+    from passband.curation.suites.rows import table_to_rows
+    from passband.tasks.data import load_problems_task
+    from passband.tasks.datasets import read_table
 
-    uris = {name: ref for name, ref in datasets.items() if isinstance(ref, str)}
-    sources = {name: ref for name, ref in datasets.items() if not isinstance(ref, str)}
-    loaded = eval_sets_from(uris, sources, run_id=run_id)
+    loaded = {name: table_to_rows(read_table(ref)) if isinstance(ref, str) else load_problems_task(ref, run_id)
+              for name, ref in datasets.items()}
+    empty = [_empty_dataset_line(name, datasets[name]) for name, rows in loaded.items() if not rows]
+    if empty and len(empty) == len(loaded):
+        raise EmptyTrainingSet("rl: nothing to train on, every dataset is empty: " + "; ".join(empty)
+                               + " (a curate run's `removed` artifact and its RL-sets table say where the problems went)")
     problems, dropped = {}, {}
     for name, rows in loaded.items():
+        if not rows:
+            continue
         wrong = [row["id"] for row in rows if row["task"] != name]
         if wrong:
             raise ValueError(f"datasets.{name}: rows {wrong[:3]} ({len(wrong)} in all) are not {name!r} rows; "
@@ -60,7 +74,19 @@ def load_rl_problems(
         dropped[name] = len(rows) - len(problems[name])
         if not problems[name]:
             raise ValueError(f"datasets.{name}: every one of its {len(rows)} prompts is an eval prompt")
-    return problems, dropped
+    return problems, dropped, empty
+
+
+def _empty_dataset_line(name: str, ref: str | ProblemSource) -> str:
+    """"datasets.<name> (<where>)", with the run that wrote it when it is a committed artifact."""
+    from passband.tasks.store import artifact_manifest
+
+    if not isinstance(ref, str):
+        return f"datasets.{name} ({ref.path or ref.suite})"
+    manifest = artifact_manifest(ref)
+    producer = manifest["extra"].get("mlflow_run_id")
+    made_by = f"the {manifest['flow']} run {producer}" if producer else f"a {manifest['flow']} run"
+    return f"datasets.{name} ({ref}, written by {made_by})"
 
 
 @task(name="score-rollouts", cache_policy=NONE)

@@ -41,10 +41,12 @@ class StageRun:
     cache: bool = True
     """Commit the summary of a completed run for later runs to reuse."""
 
-    def finish(self, outputs: dict[str, str], metrics: dict[str, float], status: str = "completed") -> RunSummary:
-        """The stage's summary; a completed one is committed to the cache (a 'partial' one is not)."""
+    def finish(self, outputs: dict[str, str], metrics: dict[str, float], status: str = "completed",
+               message: str | None = None) -> RunSummary:
+        """The stage's summary; a completed one is committed to the cache (a 'partial' one, with
+        `message` saying why, is not)."""
         summary = RunSummary(flow=self.flow, status=status, mlflow_run_id=self.run_id, outputs=outputs,
-                             metrics=metrics)
+                             metrics=metrics, message=message)
         if status == "completed" and self.cache:
             stage_cache.save_summary(self.cache_key, self.flow, self.resolved, summary.model_dump())
         publish_outputs(self.flow, self.run_id, outputs)

@@ -22,7 +22,7 @@ from passband.tasks.provenance import code_version, config_hash
 from passband.tasks.settings import StackSettings
 
 __all__ = ["ArtifactNotFound", "ArtifactStore", "CorruptArtifactError", "code_version",
-           "config_hash", "fetch_artifact", "open_store"]
+           "artifact_manifest", "config_hash", "fetch_artifact", "open_store"]
 
 
 class ArtifactStore(Protocol):
@@ -87,8 +87,20 @@ def open_store(root_uri: str | None = None, settings: StackSettings | None = Non
 def fetch_artifact(uri: str, dest: Path | None = None,
                    settings: StackSettings | None = None) -> Path:
     """Fetch the artifact at a full URI (or absolute path), under any root: it is self-contained."""
+    store, name = _store_of(uri, settings)
+    return store.fetch(name, dest)
+
+
+def artifact_manifest(uri: str, settings: StackSettings | None = None) -> dict[str, Any]:
+    """The manifest of the artifact at a full URI (or absolute path): what produced it."""
+    store, name = _store_of(uri, settings)
+    return store.manifest(name)
+
+
+def _store_of(uri: str, settings: StackSettings | None) -> tuple[ArtifactStore, str]:
+    """(the store rooted at the URI's parent, the artifact's name in it)."""
     if "://" not in uri and not uri.startswith("/"):
-        raise ValueError(f"fetch_artifact needs a full URI or an absolute path, got {uri!r}")
+        raise ValueError(f"an artifact needs a full URI or an absolute path, got {uri!r}")
     root_uri, _, name = uri.rstrip("/").rpartition("/")
     root_uri = root_uri or "/"  # "/name": an artifact right under the filesystem root
-    return open_store(root_uri, settings).fetch(name, dest)
+    return open_store(root_uri, settings), name

@@ -11,7 +11,10 @@ class RunSummary(BaseModel):
     flow: str
     """Flow name."""
     status: str = "completed"
-    """'completed' or 'failed'."""
+    """'completed'; 'partial' (the run ended without doing all it was asked: `message` says what is
+    missing; nothing is cached); 'failed' (the CLI's line for a run that raised)."""
+    message: str | None = None
+    """Why the status is not 'completed', in one line (None when it is)."""
     mlflow_run_id: str | None = None
     """The MLflow (parent) run of this flow run."""
     outputs: dict[str, str] = {}

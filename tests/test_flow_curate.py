@@ -178,3 +178,24 @@ def test_forced_rerun_samples_nothing_and_cached_rerun_returns_the_summary(flow_
         assert [(r["id"], r["pass_rate"]) for r in before] == [(r["id"], r["pass_rate"]) for r in after]
         assert first.metrics[f"{task}/pass_rate_mean"] == forced.metrics[f"{task}/pass_rate_mean"]
     assert cached.outputs == forced.outputs  # the stage cache returned the forced run's summary
+
+
+def test_a_run_whose_every_rl_set_is_empty_ends_partial_and_says_why(harness, smollm2_dir, tmp_path, monkeypatch):
+    """One sample per problem makes every pass rate 0 or 1, so the open band (0, 1) holds nothing."""
+    from passband.flows.curate import curate
+
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
+    pool = {"num_problems": 4, "seed": 1}
+    config = _tiny_config(smollm2_dir, tasks={
+        "math": {"source": {"suite": "math", "answer_format": "plain", **pool}, "eval_size": 1, "band": "(0, 1)"},
+        "ifeval": {"source": {"suite": "ifeval", "difficulty": "easy", **pool}, "eval_size": 1, "band": "(0, 1)"},
+    }, pass_rate={"n": 1, "max_tokens": 8, "shard_size": 3}, sft={"enabled": False})
+    summary = curate(config)
+    assert summary.status == "partial"
+    assert summary.message.startswith("every RL set is empty (rl_math, rl_ifeval)")
+    for task in ("math", "ifeval"):
+        assert summary.metrics[f"kept/rl_{task}"] == 0
+        assert read_table(summary.outputs[f"rl_{task}"]).num_rows == 0
+    # the 3 training problems of each task all left at the band: none at balance
+    assert summary.metrics["removed/band/outside_band"] == 6
+    assert not any(name.startswith("removed/balance") for name in summary.metrics)

@@ -14,9 +14,9 @@ def _sums(answer_format: str) -> ProblemSource:
 
 
 def test_an_eval_question_asked_for_a_boxed_answer_drops_its_plain_twin():
-    boxed, _ = load_rl_problems({"math": _sums("boxed")}, set())
+    boxed, _, _ = load_rl_problems({"math": _sums("boxed")}, set())
     held_out = {prompt_key(row["prompt"]) for row in boxed["math"][:7]}
-    problems, dropped = load_rl_problems({"math": _sums("plain")}, held_out)
+    problems, dropped, _ = load_rl_problems({"math": _sums("plain")}, held_out)
     assert dropped == {"math": 7} and len(problems["math"]) == 13
     # the same 20 questions in the other format: the 13 kept are exactly the boxed rows not held out
     kept = {row["prompt"].removesuffix(" Answer with just the number.") for row in problems["math"]}
@@ -24,6 +24,6 @@ def test_an_eval_question_asked_for_a_boxed_answer_drops_its_plain_twin():
 
 
 def test_every_question_held_out_is_an_error_that_names_the_set():
-    boxed, _ = load_rl_problems({"math": _sums("boxed")}, set())
+    boxed, _, _ = load_rl_problems({"math": _sums("boxed")}, set())
     with pytest.raises(ValueError, match="datasets.math: every one of its 20 prompts is an eval prompt"):
         load_rl_problems({"math": _sums("plain")}, {prompt_key(row["prompt"]) for row in boxed["math"]})
