@@ -82,13 +82,13 @@ def test_bad_values_name_the_field() -> None:
         resolve_config(SampleConfig, "sample", "nope")
 
 
-def test_every_flow_ships_smoke_and_demo_presets_that_validate() -> None:
+def test_every_flow_ships_smoke_demo_and_gpu_presets_that_validate() -> None:
     from passband.flows.cli import FLOWS, load_flow
 
     for name in FLOWS:
-        assert {"smoke", "demo"} <= set(preset_names(name)), name
+        assert {"smoke", "demo", "gpu"} <= set(preset_names(name)), name
         _, config_cls = load_flow(name)
-        for preset in ("smoke", "demo"):
+        for preset in preset_names(name):
             resolve_config(config_cls, name, preset)
 
 

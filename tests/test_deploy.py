@@ -43,10 +43,12 @@ def api(base: str, path: str, body: dict | None = None) -> dict:
 
 
 def sample_only_prefect_file(tmp_path: Path) -> Path:
-    """infra/prefect.yaml cut down to the sample deployment (the other flows' modules are not this
-    test's subject), with the template path made absolute as the copy lives elsewhere."""
+    """infra/prefect.yaml cut down to the sample/demo deployment (the other flows' modules and the GPU
+    pool's deployments are not this test's subject), with the template path made absolute as the
+    copy lives elsewhere."""
     spec = yaml.safe_load((REPO / "infra" / "prefect.yaml").read_text())
-    spec["deployments"] = [d for d in spec["deployments"] if d["entrypoint"] == "flows/sample.py:sample"]
+    spec["deployments"] = [d for d in spec["deployments"]
+                           if d["entrypoint"] == "flows/sample.py:sample" and d["name"] == "demo"]
     for pool in spec["work_pools"]:
         if "base_job_template" in pool:
             pool["base_job_template"] = str(REPO / "infra" / pool["base_job_template"])

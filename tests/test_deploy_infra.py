@@ -99,16 +99,17 @@ def test_stack_env_points_the_settings_at_the_compose_ports(compose, stack_env):
     assert urlparse(settings.s3_endpoint_url).port in published_ports(services["minio"])
 
 
-def test_every_flow_has_a_deployment_on_its_pool():
+def test_every_flow_has_a_demo_deployment_on_the_process_pool_and_a_gpu_one_on_the_gpu_pool():
     spec = yaml.safe_load((INFRA / "prefect.yaml").read_text())
-    placed = {(d["entrypoint"], d["work_pool"]["name"]) for d in spec["deployments"]}
-    for name, (module, fn, _) in FLOWS.items():
+    placed = {(d["entrypoint"], d["work_pool"]["name"], d["config_preset"]) for d in spec["deployments"]}
+    expected = set()
+    for module, fn, _ in FLOWS.values():
         entrypoint = f"{module.removeprefix('passband.').replace('.', '/')}.py:{fn}"
-        assert (entrypoint, "passband-process") in placed, name
-    gpu = {d["entrypoint"] for d in spec["deployments"] if d["work_pool"]["name"] == "passband-gpu"}
-    assert gpu == {"flows/sft.py:sft", "flows/rl.py:rl"}
-    assert all(d["config_preset"] == "demo" for d in spec["deployments"])
-    (pipeline,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/pipeline.py:pipeline"]
+        expected |= {(entrypoint, "passband-process", "demo"), (entrypoint, "passband-gpu", "gpu")}
+    assert placed == expected
+    # a pipeline stage placed on a pool needs exactly one deployment of its flow there (tasks/placement.py)
+    assert len(spec["deployments"]) == len(placed)
+    (pipeline,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/pipeline.py:pipeline" and d["name"] == "demo"]
     assert pipeline["schedules"] == [{"cron": "0 3 * * 1", "timezone": "UTC", "active": False}]
     assert [p["type"] for p in spec["work_pools"]] == ["process", "kubernetes"]
 
@@ -129,7 +130,7 @@ def test_deployment_entry_resolves_preset_schedule_and_pull_step(monkeypatch):
 
     monkeypatch.setenv("PASSBAND_REPO", "/srv/passband")
     spec = load_deployment_file(INFRA / "prefect.yaml")
-    (entry,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/sample.py:sample"]
+    (entry,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/sample.py:sample" and d["name"] == "demo"]
     deployment = resolve_deployment(entry, 0)
     assert deployment.full_name == "sample/demo" and deployment.work_pool == "passband-process"
     assert deployment.runner.entrypoint == "flows/sample.py:sample"
@@ -144,3 +145,20 @@ def test_deployment_entry_resolves_preset_schedule_and_pull_step(monkeypatch):
     bad = {**entry, "pull": []}
     with pytest.raises(ValueError, match=r"deployments\[3\] \('demo', 'flows/sample.py:sample'\): `pull` must be"):
         resolve_deployment(bad, 3)
+
+
+def test_gpu_deployment_carries_the_gpu_preset_and_runs_from_the_image():
+    from passband.flows.deploy import load_deployment_file, resolve_deployment
+
+    spec = load_deployment_file(INFRA / "prefect.yaml")
+    (entry,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/sample.py:sample" and d["name"] == "gpu"]
+    deployment = resolve_deployment(entry, 0)
+    assert deployment.full_name == "sample/gpu" and deployment.work_pool == "passband-gpu"
+    assert deployment.runner.job_variables == {"gpus": 1}
+    assert deployment.runner.storage.to_pull_step() == {
+        "prefect.deployments.steps.set_working_directory": {"directory": "/opt/passband"}}
+    # flows/presets/sample/gpu.yaml: a hub model, 256 problems x 8 samples of 1024 tokens, CUDA graphs on
+    config = deployment.runner.parameters["config"]
+    assert (config["model"], config["problems"]["num_problems"], config["sampling"]["n"],
+            config["sampling"]["max_tokens"]) == ("Qwen/Qwen2.5-1.5B-Instruct", 256, 8, 1024)
+    assert (config["engine"]["enforce_eager"], config["engine"]["memory_fraction"]) == (False, 0.85)

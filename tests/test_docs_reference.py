@@ -1,0 +1,39 @@
+"""docs/config.md is the config reference the classes generate (flows/config_reference.py)."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from passband.flows.config_reference import COMMAND, anchor, render_reference
+from passband.flows.sft import SFTConfig
+from passband.flows.curate_config import SFTConfig as CurateSFTConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_reference_matches_the_config_classes() -> None:
+    committed = (ROOT / "docs" / "config.md").read_text()
+    generated = render_reference()
+    drift = "".join(difflib.unified_diff(committed.splitlines(True), generated.splitlines(True),
+                                         "docs/config.md", "generated", n=1))
+    assert committed == generated, f"docs/config.md is stale; regenerate it with `{COMMAND}`:\n{drift[:3000]}"
+
+
+def test_reference_lists_every_field_with_its_default_and_docstring() -> None:
+    text = render_reference()
+    # training/engines/config.py: EngineConfig.memory_fraction, bounds and docstring included
+    assert ("- `memory_fraction`: float (> 0, <= 0.95); default `0.3`. vLLM `gpu_memory_utilization` (used when "
+            "kv_cache_gib is null): the fraction of device memory (CPU backend: of RAM)") in text
+    # RLConfig.engine's default sets two fields; the rest are EngineConfig's
+    assert ('- `engine`: [EngineConfig](#training-engines-config-engineconfig); default '
+            '`{"kv_cache_gib": "batch", "in_process": true}`.') in text
+    # a required field of a Field(description=...) class (training/sft/config.py: StageConfig)
+    assert "- `max_length`: int (> 0); default required. Longest packed row in tokens" in text
+
+
+def test_two_classes_of_one_name_get_two_sections() -> None:
+    text = render_reference()
+    assert (anchor(SFTConfig), anchor(CurateSFTConfig)) == ("flows-sft-sftconfig", "flows-curate_config-sftconfig")
+    assert text.count("### SFTConfig (") == 2
+    assert '<a id="flows-sft-sftconfig"></a>' in text and '<a id="flows-curate_config-sftconfig"></a>' in text
