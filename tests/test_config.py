@@ -78,7 +78,7 @@ def test_bad_values_name_the_field() -> None:
         resolve_config(SampleConfig, "sample", None, None, ["sampling.temprature=0.5"])
     with pytest.raises(ConfigError, match=r"engine\.kind"):
         resolve_config(SampleConfig, "sample", None, None, ["engine.kind=tgi"])
-    with pytest.raises(ConfigError, match="no preset 'nope'.*demo, smoke"):
+    with pytest.raises(ConfigError, match="no preset 'nope'.*demo, gpu, smoke"):
         resolve_config(SampleConfig, "sample", "nope")
 
 
