@@ -31,10 +31,6 @@ def eval_sets_from(
     `max_problems` keeps the first N rows of each dataset (suites size themselves by
     `num_problems`). A name used by both a dataset and a suite is refused.
     """
-    from passband.curation.suites.rows import table_to_rows
-    from passband.tasks.data import load_problems_task
-    from passband.tasks.datasets import read_table
-
     clashes = sorted(datasets.keys() & suites.keys())
     if clashes:
         raise ValueError(f"eval set name(s) {clashes} are used by both a dataset and a suite; rename one")
@@ -42,13 +38,25 @@ def eval_sets_from(
         raise ValueError("no eval sets: give at least one dataset URI or suite")
     sets: dict[str, list[dict[str, Any]]] = {}
     for name, uri in datasets.items():
-        rows = table_to_rows(read_table(uri))
+        rows = problem_rows(uri)
         if not rows:
             raise ValueError(f"eval set {name!r}: dataset {uri} has no rows")
         sets[name] = rows[:max_problems] if max_problems is not None else rows
     for name, source in suites.items():
-        sets[name] = load_problems_task(source, run_id)
+        sets[name] = problem_rows(source, run_id)
     return sets
+
+
+def problem_rows(ref: str | ProblemSource, run_id: str | None = None) -> list[dict[str, Any]]:
+    """The problem rows of a dataset artifact URI (Parquet in the suite row schema) or of a problem
+    source; possibly none (the caller decides what an empty set means)."""
+    from passband.curation.suites.rows import table_to_rows
+    from passband.tasks.data import load_problems_task
+    from passband.tasks.datasets import read_table
+
+    if isinstance(ref, str):
+        return table_to_rows(read_table(ref))
+    return load_problems_task(ref, run_id)
 
 
 def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any]]], n: int,

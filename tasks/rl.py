@@ -52,12 +52,9 @@ def load_rl_problems(
     whose dataset has no rows is left out (its line says which curate run wrote it); when every
     dataset is empty, EmptyTrainingSet says so in one line, before any engine or trainer opens.
     """
-    from passband.curation.suites.rows import table_to_rows
-    from passband.tasks.data import load_problems_task
-    from passband.tasks.datasets import read_table
+    from passband.tasks.evaluation import problem_rows
 
-    loaded = {name: table_to_rows(read_table(ref)) if isinstance(ref, str) else load_problems_task(ref, run_id)
-              for name, ref in datasets.items()}
+    loaded = {name: problem_rows(ref, run_id) for name, ref in datasets.items()}
     empty = [_empty_dataset_line(name, datasets[name]) for name, rows in loaded.items() if not rows]
     if empty and len(empty) == len(loaded):
         raise EmptyTrainingSet("rl: nothing to train on, every dataset is empty: " + "; ".join(empty)
