@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefect import flow
 
 from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig
 from passband.tasks.summary import RunSummary
 from passband.training.engines import EngineConfig, RolloutEngine
-from passband.training.rl.batching import RolloutBatch
-from passband.training.rl.trainer import BestCheckpoint, RLState, RLTrainer
+
+if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
+    from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.trainer import RLState, RLTrainer
 
 __all__ = ["RLConfig", "RLEvalConfig", "RewardConfig", "rl"]
 
@@ -31,7 +34,7 @@ def _per_task_zero_variance(batch: RolloutBatch) -> dict[str, float]:
     """`{task}/zero_variance_group_frac`: groups whose valid rewards are all equal (no signal)."""
     import torch
 
-    from passband.training.rl import zero_variance_groups
+    from passband.training.rl.advantages import zero_variance_groups
 
     rewards = torch.tensor(batch.rewards, dtype=torch.float32)
     zero = zero_variance_groups(rewards, batch.group_size, torch.tensor(batch.valid))
@@ -162,6 +165,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                                    prompt_key, save_rl_checkpoint)
     from passband.tasks.rollout import open_engine
     from passband.tasks.stage import stage_run
+    from passband.training.rl.trainer import BestCheckpoint
 
     logger = get_run_logger()
     started = time.perf_counter()

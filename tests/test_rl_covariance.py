@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from passband.training.rl import clip_cov_keep_mask, kl_cov_penalty, kl_cov_selection, policy_loss, token_covariance
+from passband.training.rl.covariance import clip_cov_keep_mask, kl_cov_penalty, kl_cov_selection, token_covariance
+from passband.training.rl.objectives import policy_loss
 from passband.training.rl.covariance import KL_COV_CLIP
 
 # Two rows of two tokens. Token advantages [1, 1, -1, -1] (mean 0); logp [-1, -3, -1.5, -2.5]

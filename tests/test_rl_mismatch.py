@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from passband.training.rl import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
+from passband.training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
 from passband.training.rl.config import RLAlgoConfig
 
 NAN = float("nan")

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from passband.training.rl import policy_loss
+from passband.training.rl.objectives import policy_loss
 
 
 def test_gspo_sequence_ratio_value_and_gradient():

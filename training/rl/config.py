@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from passband.training.rl.kl import check_kl_placement, refuse_renamed_estimator
-from passband.training.sft.precision import PrecisionSetting
+from passband.training.rl.kl_rules import check_kl_placement, refuse_renamed_estimator
+from passband.training.precision_setting import PrecisionSetting
 
 # What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
 # are geometric means over the response, so they move ~1/sqrt(length) as much as token ratios:

@@ -56,7 +56,8 @@ from passband.training.rl.kl import kl_reward_penalty
 from passband.training.rl.loss import LossInputs, LossSettings, compute_loss, loss_settings
 from passband.training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
 from passband.training.rl.rollout_metrics import rollout_metrics
-from passband.training.sft.precision import Precision, autocast_for, resolve_precision
+from passband.training.precision_setting import Precision
+from passband.training.sft.precision import autocast_for, resolve_precision
 
 __all__ = ["LossInputs", "RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 

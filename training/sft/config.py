@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from passband.training.precision_setting import PrecisionSetting
+
 
 class StageConfig(BaseModel):
     """One curriculum stage: which data, how long the sequences, how it is optimized."""
@@ -40,7 +42,7 @@ class StageConfig(BaseModel):
         "'flash_attention_2' (CUDA, flash-attn's varlen kernel), 'varlen_sdpa' (one causal SDPA per document, "
         "any device); 'auto' takes flash_attention_2 on CUDA when flash_attn is installed, else varlen_sdpa.",
     )
-    precision: Literal["auto", "fp32", "bf16_autocast"] = Field(
+    precision: PrecisionSetting = Field(
         default="auto",
         description="'bf16_autocast': forward matmuls in bf16, fp32 master weights, gradients and AdamW state, "
         "fp32 loss; 'fp32': everything fp32; 'auto': bf16_autocast on CUDA and on CPUs with native bf16 "

@@ -10,16 +10,13 @@ fp32 by `chunked_loss` (see there), so the loss itself is not rounded to bf16.
 from __future__ import annotations
 
 import contextlib
-from typing import Literal
 
 import torch
 
-PrecisionSetting = Literal["auto", "fp32", "bf16_autocast"]
-Precision = Literal["fp32", "bf16_autocast"]
-"""A resolved setting."""
+from passband.training.precision_setting import Precision, PrecisionSetting
 
 
-def resolve_precision(setting: PrecisionSetting, device: torch.device) -> Literal["fp32", "bf16_autocast"]:
+def resolve_precision(setting: PrecisionSetting, device: torch.device) -> Precision:
     """"auto": bf16 autocast on CUDA and on CPUs with native bf16 matmul (oneDNN says so), else fp32."""
     if setting != "auto":
         return setting
@@ -28,7 +25,7 @@ def resolve_precision(setting: PrecisionSetting, device: torch.device) -> Litera
     return "fp32"
 
 
-def autocast_for(precision: Literal["fp32", "bf16_autocast"], device: torch.device) -> contextlib.AbstractContextManager:
+def autocast_for(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager:
     """The forward's context: bf16 autocast on `device`, or nothing for fp32.
 
     Autocast's weight cache is off: it keeps a bf16 copy of every weight for the whole forward and,
