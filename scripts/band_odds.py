@@ -33,7 +33,7 @@ def main() -> None:
     from passband.tasks.datasets import read_table
 
     preset = resolve_config(CurateConfig, "curate", args.preset)
-    opened = [f"tasks.{name}.band=[0, 1]" for name in preset.pools()]
+    opened = [f"tasks.{name}.band='[0, 1]'" for name in preset.pools()]
     measuring = resolve_config(CurateConfig, "curate", args.preset, None, [
         f"pass_rate.n={args.samples}", "sft.enabled=false", "balance.align_sizes=false",
         "balance.stratify_key=null", *opened])
