@@ -34,6 +34,26 @@ def question_key(prompt: str) -> str:
     return normalize_text(question_of(prompt.strip()))
 
 
+def question_keys(prompt: str | list[dict[str, str]]) -> list[str]:
+    """The question keys a prompt asks: of its text, or of each user turn of its chat messages.
+
+    The one key every decontamination compares by (SFT stages, RL datasets, the curated pools
+    against the eval sets), so a question held out in one answer format is caught in any other."""
+    if isinstance(prompt, str):
+        return [question_key(prompt)]
+    return [question_key(message.get("content", "")) for message in prompt if message.get("role") == "user"]
+
+
+def held_out_keys(prompts: list[str | list[dict[str, str]]]) -> frozenset[str]:
+    """The question keys of held-out prompts (an eval set's), for `asks_held_out`."""
+    return frozenset(key for prompt in prompts for key in question_keys(prompt))
+
+
+def asks_held_out(prompt: str | list[dict[str, str]], held_out: frozenset[str]) -> bool:
+    """Whether `prompt` asks a held-out question, in whatever answer format."""
+    return any(key in held_out for key in question_keys(prompt))
+
+
 def tokenize(text: str) -> list[str]:
     """Tokens of the normalized text: runs of word characters, and single punctuation marks."""
     return _TOKEN.findall(normalize_text(text))
@@ -136,8 +156,11 @@ def decontaminate(
     ngram: int = 13,
     threshold: float = 0.5,
 ) -> tuple[list[dict], list[dict]]:
-    """Remove rows that contain a large part of some evaluation prompt.
+    """Remove rows that ask an evaluation question or contain a large part of some evaluation prompt.
 
+    A row whose question key (`question_keys`) is an eval prompt's is removed with reason
+    "contaminated:<eval id> same question": the n-grams below miss a short question asked in
+    another answer format, whose instruction sentence is most of its tokens.
     overlap(row, eval) = |ngrams(row) & ngrams(eval)| / |ngrams(eval)|: the fraction of the eval
     prompt's n-grams found in the row, so a long row that quotes a whole eval prompt scores 1.
     A row is removed when its overlap with any eval prompt reaches `threshold`, with reason
@@ -162,9 +185,14 @@ def decontaminate(
         for gram in eval_shingles:
             by_gram.setdefault(gram, []).append(eval_index)
 
+    eval_by_key = {key: eval_row for eval_row in eval_rows for key in question_keys(eval_row[eval_field])}
     rows, removed = _split_missing_text(rows, field)
     kept = []
     for row in rows:
+        same = next((eval_by_key[key] for key in question_keys(row[field]) if key in eval_by_key), None)
+        if same is not None:
+            removed.append(quarantine(row, f"contaminated:{same.get('id')} same question"))
+            continue
         tokens = tokenize(row[field])
         num_hits: dict[int, int] = {}
         for length, by_gram in index.items():

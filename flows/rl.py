@@ -153,6 +153,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     """Multi-task RL; outputs the final `checkpoint` and the `best_checkpoint` by eval.best_metric."""
     from prefect.logging import get_run_logger
 
+    from passband.curation.hygiene import held_out_keys
     from passband.tasks import tracking
     from passband.tasks.checkpoints import scratch_dir
     from passband.tasks.datasets import read_table
@@ -162,7 +163,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     from passband.tasks.progress import Progress
     from passband.tasks.registry import log_model
     from passband.tasks.rl import (checkpoint_uri, last_checkpoint_iteration, load_rl_problems, open_rl_trainer,
-                                   prompt_key, save_rl_checkpoint)
+                                   save_rl_checkpoint)
     from passband.tasks.rollout import open_engine
     from passband.tasks.stage import stage_run
     from passband.training.rl.trainer import BestCheckpoint
@@ -180,8 +181,8 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
         eval_sets: dict[str, list[dict]] = {}
         if config.eval is not None:
             eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
-        eval_prompts = {prompt_key(row["prompt"]) for rows in eval_sets.values() for row in rows}
-        problems, dropped, empty = load_rl_problems(config.datasets, eval_prompts, run_id)
+        held_out = held_out_keys([row["prompt"] for rows in eval_sets.values() for row in rows])
+        problems, dropped, empty = load_rl_problems(config.datasets, held_out, run_id)
         for line in empty:
             logger.warning("rl: %s has no rows; training on the other tasks", line)
         logger.info("rl problems per task: %s (dropped as eval prompts: %s)",

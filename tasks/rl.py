@@ -9,7 +9,6 @@ trainer_state.json of each checkpoint holds the trainer's RLState (training/rl/t
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from passband.curation.catalog import VerifierSettings
-from passband.curation.hygiene import question_key
+from passband.curation.hygiene import asks_held_out
 from passband.curation.suites.source import ProblemSource
 from passband.tasks.checkpoints import commit_checkpoint, newest_committed, scratch_dir
 from passband.tasks.store import fetch_artifact, open_store
@@ -31,21 +30,15 @@ SCORED_STATUSES = ("pass", "fail", "timeout")
 judge) and `error` (the verifier itself failed) are masked out of the gradient instead."""
 
 
-def prompt_key(prompt: str | list[dict[str, str]]) -> str:
-    """A comparable form of a prompt (plain text or chat messages): for text, its question key, so a
-    math question asked for a boxed and for a plain answer is one question (curation.hygiene)."""
-    return question_key(prompt) if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
-
-
 class EmptyTrainingSet(ValueError):
     """Every RL dataset is empty: there is nothing to train on."""
 
 
 def load_rl_problems(
-    datasets: dict[str, str | ProblemSource], exclude_prompts: set[str], run_id: str | None = None,
+    datasets: dict[str, str | ProblemSource], held_out: frozenset[str], run_id: str | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int], list[str]]:
-    """(task -> rows, task -> rows dropped because their prompt is an eval prompt, why each empty
-    dataset was left out).
+    """(task -> rows, task -> rows dropped because they ask a held-out question (`held_out`:
+    curation.hygiene.held_out_keys of the eval prompts), why each empty dataset was left out).
 
     Values of `datasets` are dataset artifact URIs (curate's `rl_<task>`) or problem sources.
     Every row must belong to the task it is listed under: its verifier is that task's. A task
@@ -67,7 +60,7 @@ def load_rl_problems(
         if wrong:
             raise ValueError(f"datasets.{name}: rows {wrong[:3]} ({len(wrong)} in all) are not {name!r} rows; "
                              "list each dataset under its own task")
-        problems[name] = [row for row in rows if prompt_key(row["prompt"]) not in exclude_prompts]
+        problems[name] = [row for row in rows if not asks_held_out(row["prompt"], held_out)]
         dropped[name] = len(rows) - len(problems[name])
         if not problems[name]:
             raise ValueError(f"datasets.{name}: every one of its {len(rows)} prompts is an eval prompt")

@@ -20,7 +20,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from passband.curation.hygiene import question_key
+from passband.curation.hygiene import asks_held_out, held_out_keys
 from passband.tasks.datasets import DATA_FILE, commit_table
 from passband.tasks.provenance import config_hash
 from passband.tasks.store import fetch_artifact
@@ -36,7 +36,7 @@ def commit_worked_math(spec: dict[str, Any], decontaminate_prompts: list[str]) -
     from passband.curation.suites.rows import rows_to_table
     from passband.curation.worked_math import worked_math_rows
 
-    held_out = frozenset(key for prompt in decontaminate_prompts for key in _question_keys(prompt))
+    held_out = held_out_keys(decontaminate_prompts)
     rows, failed = worked_math_rows(**spec, exclude_questions=held_out)
     if failed:
         raise ValueError(f"worked math: {len(failed)} template completions fail the verifier, "
@@ -86,10 +86,10 @@ def stage_examples(
         datasets[name] = rows
         left_out.extend({**row, "dataset": name} for row in bad)
     mixed, not_mixed = mix_stage_rows(datasets, stage.datasets, stage.bands, stage.seed)
-    held_out = {key for prompt in eval_prompts for key in _question_keys(prompt)}
-    clean = [row for row in mixed if not _asks_held_out(row["prompt"], held_out)]
+    held_out = held_out_keys(eval_prompts)
+    clean = [row for row in mixed if not asks_held_out(row["prompt"], held_out)]
     contaminated = [quarantine(row, "asks a question of the eval set") for row in mixed
-                    if _asks_held_out(row["prompt"], held_out)]
+                    if asks_held_out(row["prompt"], held_out)]
     examples, too_long = encode_rows(tokenizer, clean, stage.max_length)
     left_out += not_mixed + contaminated + too_long
     if not examples:
@@ -105,15 +105,3 @@ def stage_examples(
             tracking.log_artifact_file(path, "quarantine", run_id)
     return examples
 
-
-def _question_keys(prompt: Any) -> list[str]:
-    """The question keys of a prompt (curation.hygiene.question_key: normalized, the answer-format
-    instruction dropped): of its text, or of each user turn of its messages."""
-    if isinstance(prompt, str):
-        return [question_key(prompt)]
-    return [question_key(m.get("content", "")) for m in prompt if m.get("role") == "user"]
-
-
-def _asks_held_out(prompt: Any, held_out: set[str]) -> bool:
-    """Whether a row's prompt asks a held-out question, in whatever answer format."""
-    return any(key in held_out for key in _question_keys(prompt))

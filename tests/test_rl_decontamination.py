@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from passband.curation.hygiene import held_out_keys
 from passband.curation.suites.source import ProblemSource
-from passband.tasks.rl import load_rl_problems, prompt_key
+from passband.tasks.rl import load_rl_problems
 
 
 def _sums(answer_format: str) -> ProblemSource:
@@ -14,8 +15,8 @@ def _sums(answer_format: str) -> ProblemSource:
 
 
 def test_an_eval_question_asked_for_a_boxed_answer_drops_its_plain_twin():
-    boxed, _, _ = load_rl_problems({"math": _sums("boxed")}, set())
-    held_out = {prompt_key(row["prompt"]) for row in boxed["math"][:7]}
+    boxed, _, _ = load_rl_problems({"math": _sums("boxed")}, frozenset())
+    held_out = held_out_keys([row["prompt"] for row in boxed["math"][:7]])
     problems, dropped, _ = load_rl_problems({"math": _sums("plain")}, held_out)
     assert dropped == {"math": 7} and len(problems["math"]) == 13
     # the same 20 questions in the other format: the 13 kept are exactly the boxed rows not held out
@@ -24,6 +25,6 @@ def test_an_eval_question_asked_for_a_boxed_answer_drops_its_plain_twin():
 
 
 def test_every_question_held_out_is_an_error_that_names_the_set():
-    boxed, _, _ = load_rl_problems({"math": _sums("boxed")}, set())
+    boxed, _, _ = load_rl_problems({"math": _sums("boxed")}, frozenset())
     with pytest.raises(ValueError, match="datasets.math: every one of its 20 prompts is an eval prompt"):
-        load_rl_problems({"math": _sums("plain")}, {prompt_key(row["prompt"]) for row in boxed["math"]})
+        load_rl_problems({"math": _sums("plain")}, held_out_keys([row["prompt"] for row in boxed["math"]]))
