@@ -135,12 +135,11 @@ def commit_evaluation(evaluations: dict[str, Evaluation], eval_sets: dict[str, l
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
-    from prefect.artifacts import create_table_artifact
-
     from passband.curation.suites.rows import rows_to_table
     from passband.tasks import tracking
     from passband.tasks.datasets import commit_table
     from passband.tasks.plots import pass_at_k_figure
+    from passband.tasks.stage import publish_table
     from passband.training.evaluation.report import pass_at_k_curves, pass_at_k_intervals_by_task
 
     reports = {label: evaluation.report for label, evaluation in evaluations.items()}
@@ -157,8 +156,8 @@ def commit_evaluation(evaluations: dict[str, Evaluation], eval_sets: dict[str, l
     for name, uri in datasets.items():
         tracking.log_dataset(uri, name, "eval", rows_to_table(eval_sets[name]), run_id)
     tracking.log_dataset(samples_uri, "eval_samples", "output", samples_table, run_id)
-    create_table_artifact([{k: v for k, v in row.items() if not isinstance(v, list)} for row in report_table.to_pylist()],
-                          description="pass@k per checkpoint, eval set and sub-domain, with 95% intervals")
+    publish_table([{k: v for k, v in row.items() if not isinstance(v, list)} for row in report_table.to_pylist()],
+                  description="pass@k per checkpoint, eval set and sub-domain, with 95% intervals")
     # the k-curve subset (labels `k_curve/...`, many samples on few problems) gets its own figure
     main = {label: report for label, report in reports.items() if not label.startswith("k_curve/")}
     k_curve = {label.removeprefix("k_curve/"): report for label, report in reports.items()

@@ -61,10 +61,17 @@ def publish_markdown(text: str, description: str) -> None:
 
 
 def publish_table(rows: list[dict], description: str) -> None:
-    """A table artifact on the current Prefect flow run."""
+    """A table artifact on the current Prefect flow run, floats at 4 significant digits (the UI would
+    print all 17); the stored tables keep full precision."""
     from prefect.artifacts import create_table_artifact
 
-    create_table_artifact(rows, description=description)
+    create_table_artifact([{key: _display(value) for key, value in row.items()} for row in rows],
+                          description=description)
+
+
+def _display(value: object) -> object:
+    """`value` as a table cell shows it: a float to 4 significant digits, anything else as is."""
+    return float(f"{value:.4g}") if isinstance(value, float) else value
 
 
 def publish_outputs(flow: str, run_id: str, outputs: dict[str, str]) -> None:
