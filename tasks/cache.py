@@ -22,9 +22,14 @@ SUMMARY_FILE = "summary.json"
 
 
 def stage_key(flow: str, config: dict[str, Any]) -> str:
-    """`stages/<flow>/<hash of config + code version + dependency versions>`."""
+    """`stages/<flow>/<config id>`, the id a hash of config + code version + dependency versions."""
     payload = {"config": config, "code_version": code_version(), "dependencies": dependency_versions()}
     return f"stages/{flow}/{config_hash(payload)[:24]}"
+
+
+def config_id(key: str) -> str:
+    """The config id that ends a `stage_key` (RL names its checkpoints by it)."""
+    return key.rsplit("/", 1)[1]
 
 
 def find_completed(flow: str, resolved: dict[str, Any],

@@ -82,8 +82,9 @@ def _empty_dataset_line(name: str, ref: str | ProblemSource) -> str:
 @task(name="score-rollouts", cache_policy=NONE)
 def score_rollouts(
     rows: list[dict[str, Any]], samples: list[list[Sample]], verifiers: VerifierSettings,
-) -> tuple[list[list[float | None]], list[list[bool]], dict[str, int]]:
-    """(rewards, valid, status counts "<task>/<status>") per prompt and sample.
+) -> tuple[list[list[float | None]], list[list[bool]], dict[str, float]]:
+    """(rewards, valid) per prompt and sample, and the metrics `<task>/num_<status>` (rollouts per
+    verifier status).
 
     reward = verifier score where the status is a verdict (SCORED_STATUSES); otherwise None and
     invalid. One grouped verification: each task's verifier is called once.
@@ -97,8 +98,8 @@ def score_rollouts(
         valid.append([r.status in SCORED_STATUSES for r in results])
         rewards.append([r.score if r.status in SCORED_STATUSES else None for r in results])
         for r in results:
-            name = f"{row['task']}/{r.status}"
-            counts[name] = counts.get(name, 0) + 1
+            name = f"{row['task']}/num_{r.status}"
+            counts[name] = counts.get(name, 0.0) + 1.0
     return rewards, valid, counts
 
 

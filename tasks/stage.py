@@ -41,6 +41,11 @@ class StageRun:
     cache: bool = True
     """Commit the summary of a completed run for later runs to reuse."""
 
+    @property
+    def config_id(self) -> str:
+        """What names this config's own artifacts across reruns (RL's checkpoints): its cache key's id."""
+        return stage_cache.config_id(self.cache_key)
+
     def finish(self, outputs: dict[str, str], metrics: dict[str, float], status: str = "completed",
                message: str | None = None) -> RunSummary:
         """The stage's summary; a completed one is committed to the cache (a 'partial' one, with

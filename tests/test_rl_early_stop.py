@@ -1,12 +1,13 @@
-"""The RL flow's entropy-ceiling step: history kept in RLState, fit metrics, the early-stop flag."""
+"""The RL loop's early stop (flows/rl_loop.py: EarlyStop): history kept in RLState, fit metrics, the flag."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
 
-from passband.flows.rl import _entropy_ceiling
+from passband.flows.rl_loop import EarlyStop
 from passband.flows.rl_config import EarlyStopConfig, RLConfig
 from passband.training.rl.trainer import RLState
 
@@ -15,9 +16,9 @@ ENTROPIES = [1.2, 1.0, 0.8, 0.1]
 
 
 def _run(early_stop: EarlyStopConfig) -> tuple[RLState, list[dict[str, float]]]:
-    config = RLConfig(early_stop=early_stop)
+    stopper = EarlyStop(RLConfig(early_stop=early_stop).early_stop, logging.getLogger("test"))
     state = RLState()
-    steps = [_entropy_ceiling(config, state, {"entropy": h, "reward": 0.9 - 0.15 * math.exp(h)}) for h in ENTROPIES]
+    steps = [stopper.observe(state, {"entropy": h, "reward": 0.9 - 0.15 * math.exp(h)}) for h in ENTROPIES]
     return state, steps
 
 

@@ -70,3 +70,18 @@ def should_stop_early(history: Sequence[tuple[float, float]], margin: float, pat
     recent = entropies[-(patience + 1):]
     entropy_falling = all(later < earlier for earlier, later in zip(recent, recent[1:]))
     return fit.a > 0 and history[-1][1] >= fit.ceiling - margin and entropy_falling
+
+
+def observe_entropy_reward(history: list[tuple[float, float]], entropy: float, reward: float, margin: float,
+                           patience: int) -> tuple[bool, dict[str, float]]:
+    """Append this iteration's (entropy, reward) to `history` (in place: it is the run's state) and
+    return (the stop signal, the fit's metrics); both empty/False until 3 points with 2 distinct
+    entropies exist."""
+    history.append((entropy, reward))
+    entropies = [h for h, _ in history]
+    if len(history) < 3 or len(set(entropies)) < 2:
+        return False, {}
+    fit = fit_entropy_ceiling(entropies, [r for _, r in history])
+    stop = should_stop_early(history, margin, patience)
+    return stop, {"entropy_ceiling/a": fit.a, "entropy_ceiling/b": fit.b, "entropy_ceiling/ceiling": fit.ceiling,
+                  "entropy_ceiling/r2": fit.r2, "entropy_ceiling/stop_signal": float(stop)}

@@ -41,3 +41,20 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
         rows = [i for i, t in enumerate(batch.tasks) if t == task]
         metrics.update({f"{task}/{name}": value for name, value in _summary(batch, rows).items()})
     return metrics
+
+
+def zero_variance_fractions(batch: RolloutBatch) -> dict[str, float]:
+    """`{task}/zero_variance_group_frac`: the task's groups whose valid rewards are all equal, which
+    carry no learning signal (docs/recipe.md section 4)."""
+    import torch
+
+    from passband.training.rl.advantages import zero_variance_groups
+
+    rewards = torch.tensor(batch.rewards, dtype=torch.float32)
+    zero = zero_variance_groups(rewards, batch.group_size, torch.tensor(batch.valid))
+    group_tasks = batch.tasks[:: batch.group_size]
+    fractions = {}
+    for task in sorted(set(group_tasks)):
+        flags = [bool(z) for z, t in zip(zero, group_tasks) if t == task]
+        fractions[f"{task}/zero_variance_group_frac"] = sum(flags) / len(flags)
+    return fractions

@@ -1,0 +1,184 @@
+"""The parts of the `rl` flow's loop, each owning its schedule (torchtitan's `should_save(step)`,
+`should_evaluate(step)`): one outer iteration, the held-out evaluator, the checkpointer and the
+early stop. The flow (flows/rl.py) composes them; the rules of when are `training/rl/schedule.py`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from passband.flows.rl_config import EarlyStopConfig, RLConfig
+from passband.training.rl.schedule import RLSchedule
+
+if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
+    from passband.training.engines import RolloutEngine
+    from passband.training.rl.trainer import RLState, RLTrainer
+
+
+def schedule_of(config: RLConfig) -> RLSchedule:
+    return RLSchedule(num_iterations=config.num_iterations, eval_every=None if config.eval is None else config.eval.every,
+                      checkpoint_every=config.checkpoint_every, max_iterations_this_run=config.max_iterations_this_run)
+
+
+def iteration_seed(config: RLConfig, iteration: int) -> int:
+    """The seed of iteration `iteration`'s rollouts and Clip-Cov choice: by the iteration, not the
+    engine's history, so a resumed run draws what the uninterrupted one drew there."""
+    return config.seed * 1_000_003 + iteration
+
+
+def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
+                  iteration: int, scratch: Path) -> dict[str, float]:
+    """Outer iteration `iteration` (1-based): draw, roll out, score, update, push the weights; its
+    metrics. Advances trainer.state's iteration and prompt cursor."""
+    import torch
+
+    from passband.tasks.memory import PhasePeaks, resident_gb
+    from passband.tasks.rl import push_weights, score_rollouts
+    from passband.tasks.rollout import generate, rollout_stats
+    from passband.training.chat import render_prompt
+    from passband.training.rl.batching import build_rollout_batch
+    from passband.training.rl.prompt_cursor import draw_prompts
+    from passband.training.rl.rollout_metrics import zero_variance_fractions
+    from passband.training.rl.update import rl_update
+
+    start = time.perf_counter()
+    weights = {task: weight for task, weight in config.weights().items() if task in problems}  # empty sets left out
+    picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
+                                   trainer.state.consumed, config.prompts_per_step, config.seed)
+    rows = [problems[task][index] for task, index in picks]
+    prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
+    peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
+    with peaks.phase("rollout"):
+        sampling = config.sampling.model_copy(update={"seed": iteration_seed(config, iteration)})
+        samples, rollout_s = generate(engine, prompts, sampling)
+        # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
+        engine.release_weights()
+    with peaks.phase("training"):
+        scoring_start = time.perf_counter()
+        rewards, valid, status_metrics = score_rollouts(rows, samples, config.reward.verifiers)
+        batch = build_rollout_batch(samples, rewards, valid, [row["task"] for row in rows],
+                                    config.reward.mask_truncated)
+        scoring_s = time.perf_counter() - scoring_start
+        train_start = time.perf_counter()
+        generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
+        metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
+        train_s = time.perf_counter() - train_start
+    with peaks.phase("weight_sync"):
+        sync_start = time.perf_counter()
+        push_weights(trainer.model, engine, scratch)
+        sync_s = time.perf_counter() - sync_start
+
+    metrics |= zero_variance_fractions(batch) | status_metrics
+    metrics["rollout_tokens_per_s"] = rollout_stats(samples, rollout_s)["tokens_per_s"]
+    metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
+    metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
+    metrics |= {"seconds/rollout": rollout_s, "seconds/scoring": scoring_s, "seconds/training": train_s,
+                "seconds/weight_sync": sync_s, "seconds/iteration": time.perf_counter() - start}
+    trainer.state.iteration, trainer.state.consumed = iteration, consumed
+    trainer.state.prompt_ids = [row["id"] for row in rows]
+    return metrics
+
+
+def iteration_line(iteration: int, metrics: dict[str, float], tasks: list[str]) -> str:
+    """The log line of one iteration: per-task reward and pass rate, mismatch, entropy, seconds."""
+    per_task = " ".join(f"{t}: r={metrics.get(f'{t}/reward', float('nan')):.2f} "
+                        f"pass={metrics.get(f'{t}/pass_rate', float('nan')):.2f}" for t in tasks)
+    return (f"rl iteration {iteration}: {per_task} | vllm_kl {metrics['vllm_kl']:.2e} entropy "
+            f"{metrics['entropy']:.3f} grad_norm {metrics.get('grad_norm', float('nan')):.3f} | s: rollout "
+            f"{metrics['seconds/rollout']:.1f} scoring {metrics['seconds/scoring']:.1f} training "
+            f"{metrics['seconds/training']:.1f} sync {metrics['seconds/weight_sync']:.1f}")
+
+
+@dataclass
+class Evaluator:
+    """The held-out sets scored by the rollout engine's current weights (the same seed at every
+    point): before training, on the schedule, after the last iteration; tracks the best checkpoint."""
+
+    config: RLConfig
+    schedule: RLSchedule
+    engine: Any
+    eval_sets: dict[str, list[dict]]
+    model_dir: str
+    run_id: str
+    checkpoint_uri: Callable[[int], str]
+    logger: Any
+
+    def should_evaluate(self, iteration: int) -> bool:
+        return self.schedule.should_evaluate(iteration)
+
+    def baseline(self, state: RLState) -> None:
+        """`before/*` into the run's metrics, once, before the first iteration."""
+        if self.schedule.should_evaluate_before(state.iteration):
+            state.metrics |= {f"before/{k}": v for k, v in self._headline("before", 0).items()}
+
+    def evaluate(self, iteration: int, state: RLState) -> dict[str, float]:
+        """`eval/*` (and `after/*` at the last iteration), seconds/eval; updates state.best."""
+        from passband.training.rl.trainer import BestCheckpoint
+
+        start = time.perf_counter()
+        headline = self._headline(f"iter-{iteration:06d}", iteration)
+        metrics = {f"eval/{k}": v for k, v in headline.items()}
+        if self.schedule.is_last(iteration):
+            metrics |= {f"after/{k}": v for k, v in headline.items()}
+        best_metric = self.config.eval.best_metric
+        if state.best is None or headline[best_metric] > state.best.value:
+            state.best = BestCheckpoint(best_metric, headline[best_metric], iteration, self.checkpoint_uri(iteration))
+        metrics["seconds/eval"] = time.perf_counter() - start
+        return metrics
+
+    def _headline(self, label: str, step: int) -> dict[str, float]:
+        from passband.tasks.evaluation import log_evaluation, run_evaluation
+
+        evaluation = run_evaluation(self.engine, self.eval_sets, self.config.eval.sampling,
+                                    self.config.reward.verifiers, self.model_dir, self.config.system_prompt)
+        headline = evaluation.headline()
+        log_evaluation(evaluation, "eval", step, self.run_id)
+        self.logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in headline.items()})
+        return headline
+
+
+@dataclass
+class Checkpointer:
+    """Commits the trainer (weights, optimizer, RNG, RLState) under this config's checkpoint root."""
+
+    schedule: RLSchedule
+    trainer: Any
+    run_key: str
+    resolved: dict[str, Any]
+    done_before_run: int
+    """Iterations completed when this process started (its last iteration depends on it)."""
+
+    def should_save(self, iteration: int, stopped_early: bool) -> bool:
+        return self.schedule.should_save(iteration, self.done_before_run, stopped_early)
+
+    def save(self) -> dict[str, float]:
+        from passband.tasks.rl import save_rl_checkpoint
+
+        start = time.perf_counter()
+        save_rl_checkpoint(self.trainer, self.run_key, self.resolved)
+        return {"seconds/checkpoint": time.perf_counter() - start}
+
+
+@dataclass
+class EarlyStop:
+    """The entropy ceiling (docs/recipe.md section 7): fit the run's (entropy, reward) history each
+    iteration, log the fit, and set state.stopped_early when the signal fires and it is enabled."""
+
+    config: EarlyStopConfig
+    logger: Any
+
+    def observe(self, state: RLState, metrics: dict[str, float]) -> dict[str, float]:
+        from passband.training.rl.entropy_ceiling import observe_entropy_reward
+
+        stop, fit = observe_entropy_reward(state.entropy_reward, metrics["entropy"], metrics[self.config.reward_metric],
+                                           self.config.margin, self.config.patience)
+        state.stopped_early = self.config.enabled and stop
+        if state.stopped_early:
+            self.logger.info("rl: early stop after iteration %d: reward %.3f within %.3f of the predicted ceiling "
+                             "%.3f while entropy fell", state.iteration, metrics[self.config.reward_metric],
+                             self.config.margin, fit["entropy_ceiling/ceiling"])
+        return fit
