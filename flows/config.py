@@ -213,7 +213,28 @@ def resolve_config(
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
-        )
-        raise ConfigError(f"invalid {flow} config: {problems}") from err
+        raise ConfigError(f"invalid {flow} config: {validation_problems(err, data)}") from err
+
+
+def validation_problems(err: ValidationError, data: dict[str, Any]) -> str:
+    """Each error as `dotted.key: message`, on one line. The key is where the value sits in `data`:
+    pydantic's names of union members (`str`, `function-after[...]`) are left out, and so is a union
+    member's type mismatch (a mapping is not a string) when another error at that key says more."""
+    located = []
+    for error in err.errors():
+        node, parts = data, []
+        for index, part in enumerate(error["loc"]):
+            last = index == len(error["loc"]) - 1
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+                parts.append(str(part))
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]
+                parts.append(str(part))
+            elif last and error["type"] == "missing":
+                parts.append(str(part))
+        located.append((".".join(parts), error))
+    telling = [key for key, error in located if not error["type"].endswith("_type")]
+    kept = [(key, error) for key, error in located
+            if not (error["type"].endswith("_type") and any(k == key or k.startswith(key + ".") for k in telling))]
+    return "; ".join(f"{key or '<root>'}: {error['msg']}" for key, error in kept)
