@@ -65,8 +65,19 @@ def read_preset(flow: str, preset: str) -> dict[str, Any]:
     return deep_merge(merged, data)
 
 
+def load_yaml(text: str, where: str) -> Any:
+    """`text` parsed as YAML; ConfigError on one line, naming `where` and the problem's position."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML{at}: {problem}") from err
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml(path.read_text(), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -186,13 +197,15 @@ def removed_entries(config: BaseModel, defaults: BaseModel | None = None) -> dic
 
 
 def parse_override(text: str) -> dict[str, Any]:
-    """`a.b.c=value` -> {"a": {"b": {"c": value}}}, value parsed as YAML (numbers, bools, lists)."""
+    """`a.b.c=value` -> {"a": {"b": {"c": value}}}, value parsed as YAML (numbers, bools, lists,
+    null); ConfigError on one line for a value that is not YAML."""
     if "=" not in text:
         raise ConfigError(f"--set expects key=value, got '{text}'")
     dotted, raw = text.split("=", 1)
     if not dotted or any(not part for part in dotted.split(".")):
         raise ConfigError(f"--set has an empty key in '{text}'")
-    value: Any = yaml.safe_load(raw) if raw.strip() else ""
+    # `@stage.output` (a pipeline reference) is a string, though YAML reserves a leading @
+    value: Any = raw if raw.startswith("@") else load_yaml(raw, f"--set {dotted}") if raw.strip() else ""
     for part in reversed(dotted.split(".")):
         value = {part: value}
     return value
