@@ -157,11 +157,11 @@ def merge_layer(model: type[BaseModel], data: dict[str, Any], layer: dict[str, A
         if field is None or not isinstance(value, dict) or not value:  # unknown (validation names it), a value, or {}
             merged[name] = value
         elif (entries := entry_class(field.annotation)) is not None:
-            base = base if isinstance(base, dict) else default_entries(model, name, defaults)
             fresh = default_entries(model, name, defaults)
-            merged[name] = dict(base)
+            merged[name] = dict(base if isinstance(base, dict) else fresh)
             for key, entry in value.items():
-                old = base.get(key) if isinstance(base.get(key), dict) else fresh.get(key)
+                old = merged[name].get(key)
+                old = old if isinstance(old, dict) else fresh.get(key)  # a removed entry or a URI: from the default
                 merged[name][key] = (merge_layer(entries, old if isinstance(old, dict) else {}, entry)
                                      if isinstance(entry, dict) and entry else entry)
         elif (section := config_class(field.annotation)) is not None:
@@ -181,7 +181,7 @@ def without_removed_entries(model: type[BaseModel], data: dict[str, Any]) -> dic
             for name, value in data.items()}
 
 
-def removed_entries(config: BaseModel, defaults: BaseModel | None = None) -> dict[str, Any]:
+def dump_with_removed_entries(config: BaseModel, defaults: BaseModel | None = None) -> dict[str, Any]:
     """`config` as data, with `key: null` for each default entry of a map of configs that it lacks,
     so the data layered over the defaults again (`passband run --config`) leaves them out too."""
     data = config.model_dump(mode="json")
@@ -192,7 +192,7 @@ def removed_entries(config: BaseModel, defaults: BaseModel | None = None) -> dic
             data[name].update({key: None for key in default_entries(model, name, defaults) if key not in value})
         elif isinstance(value, BaseModel) and config_class(field.annotation) is not None:
             default = field_default(model, name, defaults)
-            data[name] = removed_entries(value, default if isinstance(default, BaseModel) else None)
+            data[name] = dump_with_removed_entries(value, default if isinstance(default, BaseModel) else None)
     return data
 
 
