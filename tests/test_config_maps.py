@@ -179,3 +179,16 @@ def test_an_empty_map_still_clears_and_a_uri_still_replaces() -> None:
     assert rl.datasets["math"] == "file:///tmp/rl_math" and sorted(rl.datasets) == ["code", "ifeval", "math"]
     with pytest.raises(ConfigError, match="at least one suite or dataset"):
         resolve("rl", None, "eval.suites={}")
+
+
+def test_a_removed_entry_stays_removed_through_prefect_parameters_and_pipeline_stages() -> None:
+    """Prefect validates a run's JSON parameters, and the pipeline each stage's dump, without the
+    CLI's layering: a map there is taken as given, so a removed entry does not come back."""
+    from passband.flows.rl import rl
+
+    config = resolve("rl", None, "datasets.code=null", "eval.suites.ifeval=null")
+    parameters = rl.validate_parameters({"config": config.model_dump(mode="json")})["config"]
+    assert (sorted(parameters.datasets), sorted(parameters.eval.suites)) == (["ifeval", "math"], ["code", "math"])
+    pipeline = resolve("pipeline", "smoke", "curate.tasks.code=null")
+    stage = type(pipeline.curate).model_validate(pipeline.curate.model_dump(mode="json"))
+    assert sorted(stage.tasks) == ["ifeval", "math"]
