@@ -33,7 +33,33 @@ def load_flow(name: str):
     return getattr(module, fn_name), getattr(module, config_name)
 
 
+class UserError(click.ClickException):
+    """A bad setting, file or option: one `Error: ...` line on stderr and exit 2, click's usage status."""
+
+    exit_code = 2
+
+
+class FlowCommand(click.Command):
+    """A command taking FLOW: its --help ends with the presets of that FLOW (of every flow without one)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # --help is eager: it prints before FLOW is processed, so read FLOW from the raw arguments
+        opts, _, _ = self.make_parser(ctx).parse_args(args=list(args))
+        ctx.meta["flow_name"] = opts.get("flow_name")
+        return super().parse_args(ctx, args)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from passband.flows.config import preset_names
+
+        flow = ctx.meta.get("flow_name")
+        flows = [flow] if flow in FLOWS else list(FLOWS)
+        with formatter.section(f"Presets (--preset, flows/presets/{flow if flow in FLOWS else 'FLOW'}/NAME.yaml)"):
+            formatter.write_dl([(name, ", ".join(preset_names(name))) for name in flows])
+        super().format_epilog(ctx, formatter)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="passband", message="passband %(version)s")  # importlib.metadata's version
 def main() -> None:
     """passband: curate, SFT, RL and evaluate reasoning models, as Prefect flows tracked in MLflow.
 
@@ -50,7 +76,7 @@ def config_options(command):
     command = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                            default=None, help="YAML file overriding the preset.")(command)
     command = click.option("--preset", "-p", default=None,
-                           help="Preset name (flows/presets/FLOW/NAME.yaml), e.g. smoke, demo.")(command)
+                           help="Preset name (flows/presets/FLOW/NAME.yaml; listed below).")(command)
     return click.argument("flow_name", metavar="FLOW")(command)
 
 
@@ -62,7 +88,7 @@ def resolve(flow_name: str, preset: str | None, config_file: Path | None, overri
     try:
         return flow_fn, resolve_config(config_cls, flow_name, preset, config_file, list(overrides))
     except ConfigError as err:
-        raise click.UsageError(str(err)) from err
+        raise UserError(str(err)) from err
 
 
 PARTIAL_EXIT_CODE = 3
@@ -75,7 +101,7 @@ class HomeBusy(click.ClickException):
     exit_code = 75  # EX_TEMPFAIL: a script may retry later, unlike a usage error (2) or a failed run (1)
 
 
-@main.command()
+@main.command(cls=FlowCommand)
 @config_options
 @click.option("--wait", is_flag=True,
               help="If another run holds this PASSBAND_HOME, wait for it instead of failing at once.")
@@ -121,7 +147,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
         sys.exit(PARTIAL_EXIT_CODE)
 
 
-@main.command("config")
+@main.command("config", cls=FlowCommand)
 @config_options
 @click.option("--schema", is_flag=True, help="Print FLOW's config JSON schema (field docs as descriptions) instead.")
 def config_command(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...],
@@ -213,17 +239,38 @@ def doctor() -> None:
 
 
 @main.command()
-@click.option("--task", "task_name", required=True, help="A catalog task: math, code, ifeval, structured, ...")
+@click.option("--task", "task_name", required=True, help="A catalog task: math, code, ifeval or structured.")
 @click.argument("input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.option("--rule", default=None, help="Math answer extraction: boxed, last_number or answer_tag.")
-@click.option("--mode", default=None, help="IFEval mode: strict or loose.")
-def verify(task_name: str, input_path: Path, output_path: Path, rule: str | None, mode: str | None) -> None:
-    """Verify a JSONL file of {id, completion, reference} rows; write them back with score/status/detail."""
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where the scored rows go; malformed rows go to OUTPUT's stem + .quarantine.jsonl.")
+@click.option("--rule", "--answer-format", "answer_format", default=None,
+              help="math: how the answer is read, the configs' answer_format: plain (the last number; the default,"
+                   " as in every flow) or boxed (the last \\boxed{}).")
+@click.option("--mode", default=None, help="ifeval: strict (the default, as in every flow) or loose.")
+def verify(task_name: str, input_path: Path, output_path: Path, answer_format: str | None, mode: str | None) -> None:
+    """Verify a JSONL file of {id, completion, reference} rows, as the flows' verifiers score them.
+
+    Writes each row back to OUTPUT with score, status (pass, fail, unparsable) and detail. A row that
+    cannot be verified (bad JSON, a missing key, a reference the task cannot use) is written with its
+    line number and reason to OUTPUT's stem + .quarantine.jsonl (out.jsonl -> out.quarantine.jsonl).
+    Exit codes: 0 every row verified; 2 a bad option; 3 some rows quarantined (the others verified).
+
+    \b
+    The reference of each task (docs/your-data.md):
+      math        the final answer as a string (a number is read as its text)
+      code        {"tests": "<python>", "entry_point": "name"} or
+                  {"cases": [{"input": "...", "output": "..."}]}
+      ifeval      {"instructions": [{"id": "<IFEval instruction id>", "kwargs": {...}}]}
+      structured  {"fields": {"key": value}}
+    """
+    from passband.flows.config import ConfigError
     from passband.flows.verify_cmd import exit_status, verify_file
 
-    settings = {k: v for k, v in {"rule": rule, "mode": mode}.items() if v is not None}
-    counts = verify_file(task_name, input_path, output_path, **settings)
+    settings = {k: v for k, v in {"answer_format": answer_format, "mode": mode}.items() if v is not None}
+    try:
+        counts = verify_file(task_name, input_path, output_path, settings)
+    except ConfigError as err:
+        raise UserError(str(err)) from err
     click.echo(" ".join(f"{status}={count}" for status, count in counts.items()), err=True)
     # A file with quarantined rows exits non-zero, so a script cannot mistake it for a clean run.
     sys.exit(exit_status(counts))

@@ -3,10 +3,14 @@
 Resolution order, later wins: the model's defaults < the preset file
 (`flows/presets/<flow>/<preset>.yaml`) < a user config file (`--config`) < `--set a.b=value`.
 Every config model forbids unknown keys, so a typo fails fast with the field's dotted name.
+A map of configs (RLConfig.datasets, CurateConfig.tasks, ...) merges entry by entry over its
+default entries, and a `null` entry removes one (`--set datasets.code=null`).
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,14 +26,16 @@ class Config(BaseModel):
     """Base of every config: field docstrings become descriptions (the Prefect UI shows them).
 
     A partial mapping for a nested config keeps what the field's default chose (over_field_defaults)
-    wherever the config is validated: the CLI's layers, a pipeline stage, Prefect UI parameters."""
+    wherever the config is validated: the CLI's layers, a pipeline stage, Prefect UI parameters.
+    A `null` entry of a map of configs is dropped (`passband config` writes a removed default
+    entry so, and it reads back the same way everywhere)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     @model_validator(mode="before")
     @classmethod
     def _partial_nested_configs_keep_their_defaults(cls, data: Any) -> Any:
-        return over_field_defaults(cls, data) if isinstance(data, dict) else data
+        return without_removed_entries(cls, over_field_defaults(cls, data)) if isinstance(data, dict) else data
 
 
 class ConfigError(ValueError):
@@ -59,8 +65,19 @@ def read_preset(flow: str, preset: str) -> dict[str, Any]:
     return deep_merge(merged, data)
 
 
+def load_yaml(text: str, where: str) -> Any:
+    """`text` parsed as YAML; ConfigError on one line, naming `where` and the problem's position."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML{at}: {problem}") from err
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml(path.read_text(), str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -95,14 +112,100 @@ def over_field_defaults(model: type[BaseModel], data: dict[str, Any]) -> dict[st
     return merged
 
 
+def config_class(annotation: Any) -> type[BaseModel] | None:
+    """The config class an annotation holds (`X`, `X | None`, `str | X`), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return next(filter(None, map(config_class, typing.get_args(annotation))), None)
+    return None
+
+
+def entry_class(annotation: Any) -> type[BaseModel] | None:
+    """The config class of a map of configs' entries (`dict[str, X]`, `dict[str, str | X]`), or None."""
+    if typing.get_origin(annotation) is dict:
+        return config_class(typing.get_args(annotation)[1])
+    return None
+
+
+def field_default(model: type[BaseModel], name: str, defaults: BaseModel | None) -> Any:
+    """Field `name`'s default: its value in `defaults` (a parent's default instance, like
+    PipelineConfig's `rl`) or else the model's own."""
+    if defaults is not None:
+        return getattr(defaults, name)
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+def default_entries(model: type[BaseModel], name: str, defaults: BaseModel | None) -> dict[str, Any]:
+    """The default entries of map field `name`, as data to merge over (what each entry set)."""
+    return {key: value.model_dump(mode="json", exclude_unset=True) if isinstance(value, BaseModel) else value
+            for key, value in (field_default(model, name, defaults) or {}).items()}
+
+
+def merge_layer(model: type[BaseModel], data: dict[str, Any], layer: dict[str, Any],
+                defaults: BaseModel | None = None) -> dict[str, Any]:
+    """`layer` merged over `data` as deep_merge does, except that a map of configs `data` does not
+    hold yet starts from its default entries, so `--set datasets.math.num_problems=10` keeps `code`
+    and `ifeval`, and an entry given as a partial mapping keeps what its default entry set. A
+    `null` entry stays until validation drops it (without_removed_entries), so a later layer can
+    bring it back. `defaults` is the default instance of the section being merged (None: the model's
+    own defaults), so the pipeline's `rl` merges over RLConfig's maps as `passband config rl` does."""
+    merged = dict(data)
+    for name, value in layer.items():
+        field = model.model_fields.get(name)
+        base = merged.get(name)
+        if field is None or not isinstance(value, dict) or not value:  # unknown (validation names it), a value, or {}
+            merged[name] = value
+        elif (entries := entry_class(field.annotation)) is not None:
+            fresh = default_entries(model, name, defaults)
+            merged[name] = dict(base if isinstance(base, dict) else fresh)
+            for key, entry in value.items():
+                old = merged[name].get(key)
+                old = old if isinstance(old, dict) else fresh.get(key)  # a removed entry or a URI: from the default
+                merged[name][key] = (merge_layer(entries, old if isinstance(old, dict) else {}, entry)
+                                     if isinstance(entry, dict) and entry else entry)
+        elif (section := config_class(field.annotation)) is not None:
+            default = field_default(model, name, defaults)
+            merged[name] = merge_layer(section, base if isinstance(base, dict) else {}, value,
+                                       default if isinstance(default, BaseModel) else None)
+        else:
+            merged[name] = deep_merge(base, value) if isinstance(base, dict) else value
+    return merged
+
+
+def without_removed_entries(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """`data` without the null entries of its maps of configs (an entry a layer removed)."""
+    return {name: {key: entry for key, entry in value.items() if entry is not None}
+            if isinstance(value, dict) and name in model.model_fields
+            and entry_class(model.model_fields[name].annotation) else value
+            for name, value in data.items()}
+
+
+def dump_with_removed_entries(config: BaseModel, defaults: BaseModel | None = None) -> dict[str, Any]:
+    """`config` as data, with `key: null` for each default entry of a map of configs that it lacks,
+    so the data layered over the defaults again (`passband run --config`) leaves them out too."""
+    data = config.model_dump(mode="json")
+    model = type(config)
+    for name, field in model.model_fields.items():
+        value = getattr(config, name)
+        if entry_class(field.annotation) is not None and isinstance(value, dict):
+            data[name].update({key: None for key in default_entries(model, name, defaults) if key not in value})
+        elif isinstance(value, BaseModel) and config_class(field.annotation) is not None:
+            default = field_default(model, name, defaults)
+            data[name] = dump_with_removed_entries(value, default if isinstance(default, BaseModel) else None)
+    return data
+
+
 def parse_override(text: str) -> dict[str, Any]:
-    """`a.b.c=value` -> {"a": {"b": {"c": value}}}, value parsed as YAML (numbers, bools, lists)."""
+    """`a.b.c=value` -> {"a": {"b": {"c": value}}}, value parsed as YAML (numbers, bools, lists,
+    null); ConfigError on one line for a value that is not YAML."""
     if "=" not in text:
         raise ConfigError(f"--set expects key=value, got '{text}'")
     dotted, raw = text.split("=", 1)
     if not dotted or any(not part for part in dotted.split(".")):
         raise ConfigError(f"--set has an empty key in '{text}'")
-    value: Any = yaml.safe_load(raw) if raw.strip() else ""
+    # `@stage.output` (a pipeline reference) is a string, though YAML reserves a leading @
+    value: Any = raw if raw.startswith("@") else load_yaml(raw, f"--set {dotted}") if raw.strip() else ""
     for part in reversed(dotted.split(".")):
         value = {part: value}
     return value
@@ -113,17 +216,38 @@ def resolve_config(
     overrides: list[str] = (),
 ) -> C:
     """Build and validate the config of `flow` from its layers; errors name the bad field."""
-    data: dict[str, Any] = {}
-    if preset:
-        data = deep_merge(data, read_preset(flow, preset))
+    layers = [read_preset(flow, preset)] if preset else []
     if config_file:
-        data = deep_merge(data, read_yaml(Path(config_file)))
-    for item in overrides:
-        data = deep_merge(data, parse_override(item))
+        layers.append(read_yaml(Path(config_file)))
+    layers += [parse_override(item) for item in overrides]
+    data: dict[str, Any] = {}
+    for layer in layers:
+        data = merge_layer(model, data, layer)
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
-        )
-        raise ConfigError(f"invalid {flow} config: {problems}") from err
+        raise ConfigError(f"invalid {flow} config: {validation_problems(err, data)}") from err
+
+
+def validation_problems(err: ValidationError, data: dict[str, Any]) -> str:
+    """Each error as `dotted.key: message`, on one line. The key is where the value sits in `data`:
+    pydantic's names of union members (`str`, `function-after[...]`) are left out, and so is a union
+    member's type mismatch (a mapping is not a string) when another error at that key says more."""
+    located = []
+    for error in err.errors():
+        node, parts = data, []
+        for index, part in enumerate(error["loc"]):
+            last = index == len(error["loc"]) - 1
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+                parts.append(str(part))
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]
+                parts.append(str(part))
+            elif last and error["type"] == "missing":
+                parts.append(str(part))
+        located.append((".".join(parts), error))
+    telling = [key for key, error in located if not error["type"].endswith("_type")]
+    kept = [(key, error) for key, error in located
+            if not (error["type"].endswith("_type") and any(k == key or k.startswith(key + ".") for k in telling))]
+    return "; ".join(f"{key or '<root>'}: {error['msg']}" for key, error in kept)

@@ -10,8 +10,11 @@ from pydantic import BaseModel
 
 def render_config(config: BaseModel) -> str:
     """The config as YAML in field order; it validates back into the same config, so it can be
-    saved, edited and passed to `passband run --config`."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    saved, edited and passed to `passband run --config`. A default entry of a map of configs that
+    the config lacks is written as `key: null`, or `--config` would merge it back."""
+    from passband.flows.config import dump_with_removed_entries
+
+    return yaml.safe_dump(dump_with_removed_entries(config), sort_keys=False, allow_unicode=True)
 
 
 def render_schema(config_cls: type[BaseModel]) -> str:

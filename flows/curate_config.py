@@ -160,7 +160,7 @@ class CurateConfig(Config):
                 raise ValueError(f"tasks.{task_name}.source.suite is {source.suite!r}; it must be {task_name!r}")
             if source.path is not None and source.task != task_name:
                 raise ValueError(f"tasks.{task_name}.source.task is {source.task!r}; it must be {task_name!r}")
-            if pool.eval_size >= pool.source.num_problems:
+            if pool.source.num_problems != "all" and pool.eval_size >= pool.source.num_problems:
                 raise ValueError(f"tasks.{task_name}.eval_size ({pool.eval_size}) must be below "
                                  f"tasks.{task_name}.source.num_problems ({pool.source.num_problems})")
         return self

@@ -7,6 +7,10 @@ silently: invalid UTF-8, JSON nested too deep to parse and huge lines included (
 kept in the quarantine is cut at MAX_RAW_CHARS). Lines are split on "\n" only, so line numbers
 match `sed -n Np`. Files are written to a temporary name and renamed, so a crash leaves no half
 file. `exit_status` turns the counts into the command's exit status.
+
+Each task's completions are read and scored as the flows score them: `Task.verify` with the task's
+verifier settings (math's `answer_format` defaults to `plain`, the last number, as in every flow).
+A bad task, setting or output folder raises ConfigError before any row is read.
 """
 
 from __future__ import annotations
@@ -15,10 +19,15 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from passband.flows.config import ConfigError
 
 if TYPE_CHECKING:
     from passband.curation.catalog import Task
+    from passband.curation.catalog.task import Options
 
 REQUIRED_KEYS = ("id", "completion", "reference")
 MAX_RAW_CHARS = 10_000
@@ -31,17 +40,20 @@ def exit_status(counts: dict[str, int]) -> int:
     return EXIT_QUARANTINED if counts.get("quarantined") else 0
 
 
-def verify_file(task: str, input_path: Path, output_path: Path, **settings) -> dict[str, int]:
-    """Verify every well-formed row; return counts per status (plus "quarantined" if any)."""
-    from passband.curation.catalog import task as catalog_task  # heavy-ish: kept out of `passband --help`
-
-    checked = catalog_task(task)  # ValueError naming the catalog's tasks
+def verify_file(task: str, input_path: Path, output_path: Path,
+                settings: dict[str, Any] | None = None) -> dict[str, int]:
+    """Verify every well-formed row; return counts per status (plus "quarantined" if any).
+    `settings` are fields of the task's verifier settings (math: {"answer_format": "boxed"})."""
+    checked, verifier_settings = task_settings(task, settings or {})
+    output_path = Path(output_path)
+    if not output_path.parent.is_dir():
+        raise ConfigError(f"-o {output_path}: no folder {output_path.parent}")
     rows, quarantined = _read_rows(checked, Path(input_path))
-    results = checked.verifier([row["completion"] for row in rows], [row["reference"] for row in rows], **settings)
+    results = checked.verify([row["completion"] for row in rows], [row["reference"] for row in rows],
+                             verifier_settings)
     verified = [{**row, "score": r.score, "status": r.status, "detail": r.detail}
                 for row, r in zip(rows, results)]
 
-    output_path = Path(output_path)
     quarantine_path = output_path.with_suffix(".quarantine.jsonl")
     _write_jsonl(output_path, verified)
     if quarantined:
@@ -53,6 +65,23 @@ def verify_file(task: str, input_path: Path, output_path: Path, **settings) -> d
     if quarantined:
         counts["quarantined"] = len(quarantined)
     return counts
+
+
+def task_settings(task: str, settings: dict[str, Any]) -> tuple[Task, Options]:
+    """The catalog task and its verifier settings; ConfigError naming the task or setting."""
+    from passband.curation.catalog import TASKS  # heavy-ish: kept out of `passband --help`
+
+    if task not in TASKS:
+        raise ConfigError(f"--task {task!r}: not a catalog task (tasks: {', '.join(TASKS)})")
+    checked = TASKS[task]
+    try:
+        return checked, checked.Settings.model_validate(settings)
+    except ValidationError as err:
+        fields = ", ".join(checked.Settings.model_fields) or "none"
+        problems = "; ".join(
+            f"the {task} verifier has no setting {'.'.join(map(str, e['loc']))}" if e["type"] == "extra_forbidden"
+            else f"{task} verifier {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(f"{problems} (its settings: {fields})") from err
 
 
 def _read_rows(task: Task, path: Path) -> tuple[list[dict], list[dict]]:

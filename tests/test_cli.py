@@ -105,7 +105,8 @@ def test_verify_command_scores_rows_and_quarantines_bad_lines(tmp_path: Path) ->
     ]
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
-    result = passband("verify", "--task", "math", str(source), "-o", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    result = passband("verify", "--task", "math", "--rule", "boxed", str(source), "-o", str(tmp_path / "out.jsonl"),
+                      cwd=tmp_path)
     assert result.returncode == 3, result.stderr[-2000:]  # the good rows are verified; a row was quarantined
     scored = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [(r["id"], r["status"], r["score"]) for r in scored] == [("a", "pass", 1.0), ("b", "unparsable", 0.0)]

@@ -78,6 +78,13 @@ def test_bad_values_name_the_field() -> None:
         resolve_config(SampleConfig, "sample", None, None, ["sampling.temprature=0.5"])
     with pytest.raises(ConfigError, match=r"engine\.kind"):
         resolve_config(SampleConfig, "sample", None, None, ["engine.kind=tgi"])
+    # a union (str | ProblemSource) names the key, not pydantic's union members
+    from passband.flows.rl_config import RLConfig
+
+    with pytest.raises(ConfigError) as error:
+        resolve_config(RLConfig, "rl", None, None, ["datasets.math.num_problems=0"])
+    assert str(error.value) == ("invalid rl config: datasets.math.num_problems: Input should be greater than or "
+                                "equal to 1; datasets.math.num_problems: Input should be 'all'")
     with pytest.raises(ConfigError, match="no preset 'nope'.*demo, gpu, smoke"):
         resolve_config(SampleConfig, "sample", "nope")
 

@@ -28,7 +28,7 @@ def test_math_file_with_malformed_rows(tmp_path):
         json.dumps({"id": "e", "completion": r"\boxed{1}", "reference": {"x": 1}}),
     ])
     output = tmp_path / "out.jsonl"
-    counts = verify_file("math", source, output)
+    counts = verify_file("math", source, output, {"answer_format": "boxed"})
 
     assert counts == {"pass": 1, "fail": 1, "unparsable": 1, "quarantined": 4}
     rows = _read(output)
@@ -78,3 +78,31 @@ def test_ifeval_file_goes_through_the_dispatcher(tmp_path):
     counts = verify_file("ifeval", source, tmp_path / "out.jsonl")
     assert counts == {"pass": 1, "fail": 1, "quarantined": 1}
     assert [r["status"] for r in _read(tmp_path / "out.jsonl")] == ["pass", "fail"]
+
+
+def test_math_reads_the_last_number_by_default_as_the_flows_do(tmp_path):
+    """RewardConfig, EvaluateConfig and curate default to answer_format plain: the last number."""
+    source = tmp_path / "in.jsonl"
+    _write(source, [
+        json.dumps({"id": "a", "completion": "6 x 7 = 42. The answer is 42.", "reference": "42"}),
+        json.dumps({"id": "b", "completion": r"\boxed{42}, or rather 41", "reference": "42"}),
+        json.dumps({"id": "c", "completion": "no number", "reference": "42"}),
+    ])
+    verify_file("math", source, tmp_path / "plain.jsonl")
+    assert [r["status"] for r in _read(tmp_path / "plain.jsonl")] == ["pass", "fail", "unparsable"]
+    verify_file("math", source, tmp_path / "boxed.jsonl", {"answer_format": "boxed"})
+    assert [r["status"] for r in _read(tmp_path / "boxed.jsonl")] == ["unparsable", "pass", "unparsable"]
+
+
+def test_bad_settings_and_output_folder_are_refused_before_reading(tmp_path):
+    from passband.flows.config import ConfigError
+
+    source = tmp_path / "in.jsonl"
+    _write(source, [json.dumps({"id": "a", "completion": "1", "reference": "1"})])
+    with pytest.raises(ConfigError, match=r"^math verifier answer_format: Input should be 'plain' or 'boxed'"):
+        verify_file("math", source, tmp_path / "out.jsonl", {"answer_format": "last_number"})
+    with pytest.raises(ConfigError, match="^the code verifier has no setting answer_format"):
+        verify_file("code", source, tmp_path / "out.jsonl", {"answer_format": "plain"})
+    with pytest.raises(ConfigError, match=f"^-o {tmp_path}/no/out.jsonl: no folder {tmp_path}/no$"):
+        verify_file("math", source, tmp_path / "no" / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()

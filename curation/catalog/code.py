@@ -40,8 +40,8 @@ class CodeTask(Task):
                  options: CodeSuiteOptions) -> list[dict]:
         return generate_code(num_problems, seed, int(difficulty))
 
-    def humaneval(self, num_problems: int) -> list[dict]:
-        """The first `num_problems` HumanEval problems as code rows (a fixed set: no seed)."""
+    def humaneval(self, num_problems: int | None) -> list[dict]:
+        """The first `num_problems` HumanEval problems as code rows (a fixed set: no seed; None: all)."""
         from passband.curation.suites.humaneval import load_humaneval  # reads a gzip of 164 problems
 
         return load_humaneval()[:num_problems]

@@ -45,11 +45,13 @@ def load_rows(
     task: str | None = None,
     column_map: dict[str, str] | None = None,
     split: str = "train",
+    name: str | None = None,
 ) -> LoadResult:
     """Read `source` (a .jsonl/.parquet file, a `save_to_disk` directory or a hub name).
 
     `task` fills rows without a task column; a row whose task differs is quarantined.
-    `split` picks the split of a hub dataset or of a saved DatasetDict.
+    `split` picks the split of a hub dataset or of a saved DatasetDict; `name` is a hub
+    dataset's config name (GSM8K's `main`).
     """
     column_map = column_map or {}
     path = Path(source)
@@ -67,7 +69,7 @@ def load_rows(
     elif not path.exists() and path.suffix in (*JSONL_SUFFIXES, ".parquet"):
         raise FileNotFoundError(f"{source}: no such file")
     else:  # a `save_to_disk` directory, or else a hub dataset name
-        dataset = _read_dataset(source, path, split)
+        dataset = _read_dataset(source, path, split, name)
         _check_mapped_columns(dataset.column_names, column_map, source)
         records = [_Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)]
     default_source = path.name if path.exists() else source
@@ -119,12 +121,20 @@ def _cut(line: str) -> str:
     return line.rstrip("\n")[:MAX_RAW_CHARS]
 
 
-def _read_dataset(source: str, path: Path, split: str) -> Any:
+def missing_local_file(source: str) -> bool:
+    """`source` names a local file or folder (a file suffix, or a path starting with / or .) that
+    does not exist; anything else that does not exist is a hub dataset name."""
+    path = Path(source)
+    local = path.suffix in (*JSONL_SUFFIXES, ".parquet") or source.startswith(("/", "./", "../"))
+    return local and not path.exists()
+
+
+def _read_dataset(source: str, path: Path, split: str, name: str | None) -> Any:
     """A `datasets.Dataset` from a `save_to_disk` directory or the hub (imported lazily)."""
     import datasets
 
     if not path.is_dir():
-        return datasets.load_dataset(source, split=split)
+        return datasets.load_dataset(source, name, split=split)
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:

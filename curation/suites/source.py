@@ -3,12 +3,16 @@ or a user file/dataset."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from passband.curation.catalog import TASKS, TaskName, task as catalog_task
-from passband.curation.suites.loaders import LoadResult, load_rows
+from passband.curation.suites.loaders import LoadResult, load_rows, missing_local_file
+
+ALL = "all"
+"""`num_problems: all`: every row of a file or dataset (or all of HumanEval)."""
 
 
 def load_problems(
@@ -16,7 +20,9 @@ def load_problems(
     path: str | None = None,
     task: str | None = None,
     column_map: dict[str, str] | None = None,
-    num_problems: int = 32,
+    num_problems: int | Literal["all"] = 32,
+    name: str | None = None,
+    split: str = "train",
     seed: int = 0,
     difficulty: int | str = 0,
     subdomains: list[str] | None = None,
@@ -25,16 +31,18 @@ def load_problems(
 ) -> LoadResult:
     """Rows {id, task, subdomain, prompt, reference, source} (+ quarantined bad rows of a file).
 
-    `path` wins over `suite`; a file is cut to its first `num_problems` good rows. `suite` is a
+    `path` wins over `suite`; a file is cut to its first `num_problems` good rows (`all`: none
+    cut), and a hub dataset is read as `load_dataset(path, name, split=split)`. `suite` is a
     catalog task name (its procedural suite, with `options` as its SuiteOptions) or "humaneval"
     (code rows). `subdomains` and `answer_format` are math options, kept as keywords because
     ProblemSource passes them for every suite: they are used only by a suite that has them.
     """
+    count = None if num_problems == ALL else num_problems
     if path:
-        result = load_rows(path, task=task, column_map=column_map)
-        return LoadResult(rows=result.rows[:num_problems], quarantined=result.quarantined)
+        result = load_rows(path, task=task, column_map=column_map, split=split, name=name)
+        return LoadResult(rows=result.rows[:count], quarantined=result.quarantined)
     if suite == "humaneval":
-        return LoadResult(rows=catalog_task("code").humaneval(num_problems), quarantined=[])
+        return LoadResult(rows=catalog_task("code").humaneval(count), quarantined=[])
     if suite not in TASKS:
         raise ValueError(f"unknown suite {suite!r}: expected one of {', '.join(TASKS)} or humaneval")
     suite_task = catalog_task(suite)
@@ -56,13 +64,23 @@ class ProblemSource(BaseModel):
     """Built-in suite to generate from: a catalog task's name or `humaneval` (ignored when `path` is set)."""
     path: str | None = None
     """JSONL/Parquet file, `datasets` directory or hub name with rows {id, task, subdomain, prompt,
-    reference, source}; bad rows are quarantined with their row number."""
+    reference, source}; bad rows are quarantined with their row number. A local file that does not
+    exist fails when the config is read (a name with a .jsonl/.ndjson/.parquet suffix, or starting
+    with / or .; any other missing name is a hub dataset)."""
+    name: str | None = None
+    """Config name of a hub dataset (GSM8K's `main`): `load_dataset(path, name, split=split)`."""
+    split: str = "train"
+    """Split of a hub dataset or of a saved DatasetDict."""
     task: TaskName | None = None  # type: ignore[valid-type]
     """Task of the rows in `path` when the file has no `task` column."""
     column_map: dict[str, str] = {}
     """Rename user columns to ours, e.g. {"question": "prompt", "answer": "reference"}."""
-    num_problems: int = Field(32, ge=1)
-    """How many problems to generate (or the first N rows of `path`)."""
+    num_problems: Annotated[int, Field(ge=1)] | Literal["all"] = 32
+    """How many problems to generate, or the first N good rows of `path`; `all` takes every row of
+    a file or dataset (or all 164 HumanEval problems). A source that names a `path` and no
+    num_problems takes every row; an entry that gets its `path` over a default suite entry keeps
+    that entry's count (`--set datasets.math.path=my.jsonl` keeps math's 256: add
+    `--set datasets.math.num_problems=all`)."""
     seed: int = 0
     """Seed of the procedural generator."""
     difficulty: int | str = 0
@@ -75,10 +93,27 @@ class ProblemSource(BaseModel):
     options: dict[str, Any] = {}
     """Further options of the task's suite (its SuiteOptions, e.g. ifeval's max_constraints)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_file_takes_every_row(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("path") and "num_problems" not in data:
+            return {**data, "num_problems": ALL}
+        return data
+
+    @field_validator("path")
+    @classmethod
+    def _local_file_exists(cls, path: str | None) -> str | None:
+        if path and missing_local_file(path):
+            raise ValueError(f"no such file or folder: {path} (relative to {Path.cwd()})")
+        return path
+
     @model_validator(mode="after")
     def _one_source(self) -> "ProblemSource":
         if self.suite is None and self.path is None:
             raise ValueError("set either suite or path")
+        if self.path is None and self.suite != "humaneval" and self.num_problems == ALL:
+            raise ValueError(f"num_problems: all needs a path (a file or dataset) or suite humaneval; "
+                             f"suite {self.suite} generates a number of problems")
         return self
 
     def load(self) -> LoadResult:
