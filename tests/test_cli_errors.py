@@ -106,3 +106,16 @@ def test_help_lists_the_presets(command: str) -> None:
 def test_version_is_the_package_version() -> None:
     result = CliRunner().invoke(main, ["--version"])
     assert (result.exit_code, result.output) == (0, f"passband {version('passband')}\n")
+
+
+def test_the_recipe_preset_does_not_warn_about_itself():
+    """Issue 32 item 5: `passband config rl --preset recipe` printed a warning that its own clip
+    range never binds; measured, it binds (scripts/sequence_clip.py), and the warning is gone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = subprocess.run([str(Path(sys.executable).parent / "passband"), "config", "rl", "--preset", "recipe"],
+                            capture_output=True, text=True, check=True)
+    assert "clip_high: 0.4" in result.stdout
+    assert "Warning" not in result.stderr, result.stderr

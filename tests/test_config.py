@@ -117,7 +117,7 @@ def test_recipe_presets_carry_the_published_settings():
     from passband.flows.rl import RLConfig
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the reference's clip range rarely binds at the sequence level: it warns
+        warnings.simplefilter("error")  # the recipe does not warn about itself (scripts/sequence_clip.py)
         rl = resolve_config(RLConfig, "rl", "recipe")
         pipeline = resolve_config(PipelineConfig, "pipeline", "recipe")
     curate = resolve_config(CurateConfig, "curate", "recipe")
