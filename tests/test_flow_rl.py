@@ -48,7 +48,7 @@ def test_real_model_two_iterations(harness, smollm2_dir, tmp_path, monkeypatch):
         datasets={"math": ProblemSource(suite="math", num_problems=16, seed=3, difficulty=0),
                   "ifeval": ProblemSource(suite="ifeval", num_problems=16, seed=3, difficulty="easy")},
         prompts_per_step=2, num_iterations=2, seed=0,
-        sampling=SamplingConfig(n=4, max_tokens=16), engine=EngineConfig(kind="hf"),
+        sampling=SamplingConfig(n=4, max_tokens=16), engine=EngineConfig(kind="hf", dtype="float32"),
         algo=RLAlgoConfig(lr=1e-5, micro_batch_size=4, precision="fp32"), checkpoint_every=0,
         # 16 tokens cut most answers: score the cut text rather than mask it, so groups have signal.
         reward=RewardConfig(mask_truncated=False),
