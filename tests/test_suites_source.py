@@ -31,7 +31,9 @@ def test_a_file_without_num_problems_takes_every_row(tmp_path: Path) -> None:
     source = _source(path)
     assert source.num_problems == "all"
     assert [row["reference"] for row in source.load().rows] == [str(i + 1) for i in range(40)]
-    assert len(_source(path, num_problems=5).load().rows) == 5
+    with pytest.warns(UserWarning, match=r"mine.jsonl: taking the first 5 of its 40 good rows \(num_problems: 5; "
+                                         r"num_problems: all takes every row\)"):
+        assert len(_source(path, num_problems=5).load().rows) == 5
     assert len(_source(path, num_problems="all").load().rows) == 40
     # dumped and validated again (a pipeline stage, Prefect parameters), it stays `all`
     assert ProblemSource.model_validate(source.model_dump()).num_problems == "all"
@@ -69,7 +71,8 @@ def test_a_hub_dataset_is_loaded_with_its_config_name_and_split(tmp_path: Path, 
     gsm8k = _source(Path("openai/gsm8k"), name="main", split="test")
     assert [row["reference"] for row in gsm8k.load().rows] == ["2", "4"]
     assert [row["id"] for row in gsm8k.load().rows] == ["openai/gsm8k-1", "openai/gsm8k-2"]
-    assert _source(Path("someone/plain"), num_problems=1).load().rows[0]["reference"] == "2"
+    with pytest.warns(UserWarning, match="someone/plain: taking the first 1 of its 2 good rows"):
+        assert _source(Path("someone/plain"), num_problems=1).load().rows[0]["reference"] == "2"
     assert calls == [("openai/gsm8k", "main", "test"), ("openai/gsm8k", "main", "test"),
                      ("someone/plain", None, "train")]
 

@@ -3,6 +3,7 @@ or a user file/dataset."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,6 +41,10 @@ def load_problems(
     count = None if num_problems == ALL else num_problems
     if path:
         result = load_rows(path, task=task, column_map=column_map, split=split, name=name)
+        if count is not None and len(result.rows) > count:
+            # said every time: a run that trains on part of the user's data must not look like all of it
+            warnings.warn(f"{path}: taking the first {count} of its {len(result.rows)} good rows "
+                          f"(num_problems: {count}; num_problems: all takes every row)", stacklevel=2)
         return LoadResult(rows=result.rows[:count], quarantined=result.quarantined)
     if suite == "humaneval":
         return LoadResult(rows=catalog_task("code").humaneval(count), quarantined=[])
