@@ -9,6 +9,7 @@ the dataset so that SFT stages and RL can pick by band.
 import math
 import re
 from fractions import Fraction
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -213,6 +214,20 @@ def band_counts(rows: list[dict], column: str = "band", task_key: str = "task") 
     return counts
 
 
+def pass_rate_metrics(rows_by_task: dict[str, list[dict]], bins: int, labels: Sequence[str]) -> dict[str, float]:
+    """Labeled rows per task -> `{task}/pass_rate_mean`, the histogram's `{task}/hist_binNN` counts (tasks
+    with rows) and `{task}/band/{label}` counts (every task and label, 0 when empty)."""
+    metrics: dict[str, float] = {f"{task}/pass_rate_mean": sum(row["pass_rate"] for row in rows) / max(len(rows), 1)
+                                 for task, rows in rows_by_task.items()}
+    all_rows = [row for rows in rows_by_task.values() for row in rows]
+    for task, entry in pass_rate_histogram(all_rows, bins=bins).items():
+        metrics |= {f"{task}/hist_bin{index:02d}": count for index, count in enumerate(entry["counts"])}
+    counts = band_counts(all_rows)
+    for task in rows_by_task:
+        metrics |= {f"{task}/band/{label}": counts.get(task, {}).get(label, 0) for label in labels}
+    return metrics
+
+
 class PrefilterConfig(CurationConfig):
     """A cheap pre-filter on a pass-rate column the data already carries, before any rollout."""
 
@@ -222,3 +237,8 @@ class PrefilterConfig(CurationConfig):
     """Kept interval of that column."""
     keep_missing: bool = False
     """Keep rows without the column (the rollouts decide about them) instead of removing them."""
+
+
+def prefilter(rows: list[dict], config: PrefilterConfig) -> tuple[list[dict], list[dict]]:
+    """(kept, removed) by `config` (its column must be set): prefilter_by_column with its band."""
+    return prefilter_by_column(rows, config.column, BandFilter.parse(config.band), config.keep_missing)

@@ -8,6 +8,10 @@ shape, so rows removed at different steps fit in one table.
 
 import json
 
+import pyarrow as pa
+
+from passband.curation.suites.rows import rows_to_table
+
 PASS_STAT_COLUMNS = ("pass_count", "num_samples", "num_unparsable", "num_timeout", "num_error",
                      "num_rollouts", "num_rollouts_solved")
 
@@ -25,6 +29,12 @@ SFT_COLUMNS = (
     "structure_detail", "perplexity",
 )
 """Columns of the SFT sets, in order."""
+
+_SFT_FLOATS = {"pass_rate", "perplexity"}
+_SFT_INTS = {"npass", "num_samples", "sample_index", "num_tokens"}
+REMOVED_COLUMNS = ("id", "task", "subdomain", "stage", "removed_reason", "reason_kind", "prompt", "completion",
+                   "row_json")
+"""Columns of the removed side artifact (removed_record), all strings."""
 
 
 def attach_pass_rates(rows: list[dict], summaries: list[dict], checkpoint: str) -> list[dict]:
@@ -89,3 +99,34 @@ def count_by(rows: list[dict], *keys: str) -> dict[str, int]:
         name = "/".join(str(row.get(key)) for key in keys)
         counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def problems_table(rows: list[dict], rl_columns: bool = False) -> pa.Table:
+    """Problem rows (JSON-text reference) as an Arrow table; with `rl_columns`, an empty set still
+    carries the RL columns (RL_EXTRA_COLUMNS), which a non-empty one has from its rows."""
+    table = rows_to_table(rows)
+    if not rows and rl_columns:
+        for column, kind in RL_EXTRA_COLUMNS.items():
+            table = table.append_column(column, pa.array([], type=getattr(pa, kind)()))
+    return table
+
+
+def sft_table(rows: list[dict]) -> pa.Table:
+    """SFT rows in the fixed SFT_COLUMNS schema (typed, so an empty set still has its columns)."""
+    columns = {}
+    for column in SFT_COLUMNS:
+        values = [json.dumps(row[column]) if column == "reference" else row.get(column) for row in rows]
+        kind = pa.float64() if column in _SFT_FLOATS else pa.int64() if column in _SFT_INTS else pa.string()
+        columns[column] = pa.array(values, type=kind)
+    return pa.table(columns)
+
+
+def removed_table(removed: list[dict]) -> pa.Table:
+    """Removed records (removed_record) as one all-string table of REMOVED_COLUMNS."""
+    return pa.table({name: pa.array([row.get(name) for row in removed], type=pa.string()) for name in REMOVED_COLUMNS})
+
+
+def removed_metrics(removed: list[dict]) -> dict[str, int]:
+    """`removed/{stage}/{reason kind}` counts and `removed/total`."""
+    return {**{f"removed/{name}": count for name, count in count_by(removed, "stage", "reason_kind").items()},
+            "removed/total": len(removed)}

@@ -212,6 +212,15 @@ def decontaminate(
     return kept, removed
 
 
+def clean_pool(rows: list[dict], eval_rows: list[dict], config: "HygieneConfig") -> tuple[list[dict], list[dict]]:
+    """One training pool's hygiene: exact duplicates, then near duplicates within the pool, then n-gram
+    overlap with any eval row; (kept rows, removed rows with their reasons, in that order)."""
+    rows, exact = remove_exact_duplicates(rows)
+    rows, near = remove_near_duplicates(rows, ngram=config.near_dup_ngram, threshold=config.near_dup_threshold)
+    rows, overlapping = decontaminate(rows, eval_rows, ngram=config.decontam_ngram, threshold=config.decontam_threshold)
+    return rows, exact + near + overlapping
+
+
 class HygieneConfig(CurationConfig):
     """Duplicate removal and decontamination of the training pools."""
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from passband.curation.balance import BalanceConfig, align_sizes, stratified_sample
 from passband.curation.bands import BandFilter, apply_band
+from passband.curation.catalog import task as catalog_task
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class RLSelection:
 
 class EmptyBandError(ValueError):
     """`on_empty_task: fail` and a task's band holds no problem."""
+
+
+def rl_bands(bands: dict[str, str | None]) -> dict[str, BandFilter]:
+    """Each task's RL band: the one configured ("(0, 0.8]"), else the catalog task's recipe band."""
+    return {name: BandFilter.parse(band) if band else catalog_task(name).default_band for name, band in bands.items()}
 
 
 def select_rl_sets(

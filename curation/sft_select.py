@@ -7,6 +7,7 @@ trajectories that passed and were verified by every applicable check are kept.
 
 import math
 
+from passband.curation.hygiene import remove_exact_duplicates
 from passband.curation.rows import quarantine
 
 CHECKS = ("consistency", "execution", "math", "structure")
@@ -120,3 +121,31 @@ def perplexity_cap(
         else:
             kept.append(row)
     return kept, removed
+
+
+def verified_attempts(problems: list[dict], samples: list[dict], npass: dict[str, int],
+                      num_samples: int) -> tuple[list[dict], list[dict]]:
+    """Teacher attempts (samples with verdicts) joined to their problems as trajectories carrying
+    `npass` (the problem's passes) and `num_samples`; (the passed and fully verified ones, the rest
+    with `status=<status>` or `failed_checks:<check>,...` as their reason), in sample order."""
+    by_id = {row["id"]: row for row in problems}
+    kept, removed = [], []
+    for sample in samples:
+        problem = by_id[sample["problem_id"]]
+        trajectory = {**problem, **sample, "npass": npass[problem["id"]], "num_samples": num_samples}
+        ok, failed = combine_verdicts(trajectory)
+        if sample["status"] != "pass":
+            removed.append(quarantine(trajectory, f"status={sample['status']}"))
+        elif not ok:
+            removed.append(quarantine(trajectory, "failed_checks:" + ",".join(failed)))
+        else:
+            kept.append(trajectory)
+    return kept, removed
+
+
+def dedupe_traces(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """One row per distinct (prompt, completion): repeated identical answers teach nothing more;
+    (kept, removed as duplicates)."""
+    keyed = [{**row, "trace_text": f"{row['prompt']}\n<completion>\n{row['completion']}"} for row in rows]
+    kept, out = remove_exact_duplicates(keyed, field="trace_text")
+    return [{k: v for k, v in row.items() if k != "trace_text"} for row in kept], out

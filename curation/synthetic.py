@@ -6,6 +6,9 @@ so the SFT set does not teach one wording only. Responses come from a teacher mo
 (the flow); here they are joined back to their queries for the selection rules.
 """
 
+from passband.curation.hygiene import HygieneConfig, decontaminate, normalize_text, remove_exact_duplicates
+from passband.curation.rows import quarantine
+
 
 def frame_queries(rows: list[dict], framings: list[str], generator: str) -> list[dict]:
     """Copies of `rows` whose prompt is wrapped by framings[i % len(framings)] (a "{prompt}" template).
@@ -38,3 +41,17 @@ def attach_samples(problems: list[dict], samples: list[dict]) -> list[dict]:
             raise ValueError(f"attach_samples: sample of unknown problem {sample['problem_id']!r}")
         by_problem[sample["problem_id"]].append(sample)
     return [{**row, "samples": by_problem[row["id"]]} for row in problems]
+
+
+def filter_queries(queries: list[dict], pool: list[dict], eval_rows: list[dict],
+                   hygiene: HygieneConfig) -> tuple[list[dict], list[dict]]:
+    """Synthetic queries none of which repeats another, a pool prompt (after normalize_text) or
+    overlaps an eval row; (kept, removed with their reasons: duplicates, pool repeats, eval overlap)."""
+    queries, duplicates = remove_exact_duplicates(queries)
+    pool_prompts = {normalize_text(row["prompt"]) for row in pool}
+    repeats = [normalize_text(row["prompt"]) in pool_prompts for row in queries]
+    repeated = [quarantine(row, "repeats_pool_prompt") for row, repeat in zip(queries, repeats) if repeat]
+    queries = [row for row, repeat in zip(queries, repeats) if not repeat]
+    queries, overlapping = decontaminate(queries, eval_rows, ngram=hygiene.decontam_ngram,
+                                         threshold=hygiene.decontam_threshold)
+    return queries, duplicates + repeated + overlapping

@@ -121,3 +121,18 @@ def four_verdicts(task: str, prompt: str, completion: str, reference, status: st
         "consistency_detail": consistency_reason,
         "structure_detail": "; ".join(f"{name}: {report.reasons[name]}" for name in report.failed()),
     }
+
+
+def with_verdicts(problems: list[dict], samples: list[dict], math_rule: str,
+                  sections: tuple[tuple[str, str], ...], min_topic_words: int) -> list[dict]:
+    """Samples (rows with `problem_id`, `completion`, `status`, `finish_reason`) with the four verdict
+    columns of four_verdicts added, each checked against its problem's task, prompt and reference."""
+    by_id = {row["id"]: row for row in problems}
+    verdicts = []
+    for sample in samples:
+        problem = by_id[sample["problem_id"]]
+        spec = structure_spec_for(problem["task"], math_rule, sections)
+        verdicts.append({**sample, **four_verdicts(
+            problem["task"], problem["prompt"], sample["completion"], problem["reference"], sample["status"],
+            sample["finish_reason"], spec, math_rule, min_topic_words)})
+    return verdicts

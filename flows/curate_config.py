@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from passband.curation.balance import BalanceConfig
-from passband.curation.bands import Band, PrefilterConfig
+from passband.curation.bands import Band, DifficultyBands, PrefilterConfig
 from passband.curation.catalog import TaskName, VerifierSettings
 from passband.curation.hygiene import HygieneConfig
 from passband.flows.common_config import EngineConfig, ProblemSource
@@ -168,6 +168,10 @@ class CurateConfig(Config):
     def pools(self) -> dict[str, TaskPool]:
         """The enabled task pools by task name."""
         return {name: pool for name, pool in self.tasks.items() if pool.enabled}
+
+    def difficulty_bands(self) -> DifficultyBands:
+        """The difficulty labels by pass rate (`difficulty_edges`, `difficulty_labels`)."""
+        return DifficultyBands(edges=tuple(self.difficulty_edges), labels=tuple(self.difficulty_labels))
 
     def verifiers(self) -> VerifierSettings:
         """Verifier settings that read math answers the way the math pool's prompts ask for them."""

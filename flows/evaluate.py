@@ -108,15 +108,13 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
     from prefect.logging import get_run_logger
 
     from passband.tasks import tracking
-    from passband.tasks.evaluation import (commit_evaluation, earlier_model_rows, eval_sets_from,
-                                           perplexities_on_samples)
+    from passband.tasks.evaluation import commit_evaluation, eval_sets_from, perplexities_on_samples
     from passband.tasks.model import resolve_model
     from passband.tasks.stage import stage_run
     from passband.training.engines.keeper import ENGINES
-    from passband.training.evaluation.evaluate import evaluation_of
-    from passband.training.evaluation.k_curve import curve_ks, k_curve_metrics, k_curve_subset
+    from passband.training.evaluation.k_curve import k_curve_subset
+    from passband.training.evaluation.metrics import baseline_metrics, evaluation_metrics, k_curve_comparison
     from passband.training.evaluation.perplexity import spread_subset
-    from passband.training.evaluation.report import compare_rows, sampling_efficiency_gap
 
     logger = get_run_logger()
     with stage_run("evaluate", config, parent_run_id, run_name) as stage:
@@ -128,6 +126,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
                                    config.max_problems, stage.run_id)
         logger.info("eval sets: %s", {name: len(rows) for name, rows in eval_sets.items()})
         model_dir = resolve_model(config.model)
+        baseline_dir = resolve_model(config.baseline) if config.baseline is not None else None
         k_sets = k_curve_subset(eval_sets, config.k_curve) if config.k_curve else {}
         # One live engine for the model and its baseline, and across the evaluations of an
         # enclosing scope (the pipeline's): a checkpoint of the same architecture only swaps
@@ -135,43 +134,18 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
         with ENGINES.scope():
             evaluations = _sample(config, MODEL_LABEL, config.model, model_dir, eval_sets, k_sets)
             if config.baseline is not None:
-                baseline_dir = resolve_model(config.baseline)
-                if config.baseline_samples is not None:  # the config refuses it without a baseline
-                    evaluations[BASELINE_LABEL] = evaluation_of(
-                        earlier_model_rows(config.baseline_samples, eval_sets, config.sampling.n))
-                    if config.k_curve:
-                        evaluations[K_CURVE + BASELINE_LABEL] = evaluation_of(earlier_model_rows(
-                            config.baseline_samples, k_sets, config.k_curve.n, K_CURVE + MODEL_LABEL))
-                    logger.info("baseline: reusing its samples from %s", config.baseline_samples)
-                else:
-                    evaluations |= _sample(config, BASELINE_LABEL, config.baseline, baseline_dir, eval_sets, k_sets)
-
-        model = evaluations[MODEL_LABEL]
-        metrics = {**model.report.metrics(), **_length_metrics(model.rows)}
-        if config.baseline is not None:
-            baseline = evaluations[BASELINE_LABEL]
-            gap_k = config.gap_k or config.sampling.n
-            for name, gap in sampling_efficiency_gap(baseline.report, model.report, gap_k).items():
-                metrics[f"{name}/sampling_efficiency_gap@{gap_k}"] = gap
-            metrics.update({f"{BASELINE_LABEL}/{name}": value for name, value in
-                            {**baseline.report.metrics(), **_length_metrics(baseline.rows)}.items()})
-            # Paired over the same problems: delta/<set>/pass@k (model - baseline), its 95% interval
-            # and p-value (docs/recipe.md section 8).
-            for row in compare_rows(_by_eval_set(baseline.rows), _by_eval_set(model.rows)):
-                name = f"delta/{row['task']}/pass@{row['k']}"
-                metrics |= {name: row["delta"], f"{name}_ci_low": row["ci_low"], f"{name}_ci_high": row["ci_high"],
-                            f"{name}_p_value": row["p_value"]}
+                evaluations |= _baseline(config, baseline_dir, eval_sets, k_sets)
+        model, baseline = evaluations[MODEL_LABEL], evaluations.get(BASELINE_LABEL)
+        metrics = evaluation_metrics(model)
+        if baseline is not None:
+            metrics |= baseline_metrics(model, baseline, config.gap_k or config.sampling.n)
             # base_ppl: the baseline on the model's outputs; baseline/ppl_own: on its own, the reference.
-            metrics.update(perplexities_on_samples(baseline_dir, {
+            metrics |= perplexities_on_samples(baseline_dir, {
                 "base_ppl": spread_subset(model.rows, config.perplexity_samples),
-                f"{BASELINE_LABEL}/ppl_own": spread_subset(baseline.rows, config.perplexity_samples)}))
+                f"{BASELINE_LABEL}/ppl_own": spread_subset(baseline.rows, config.perplexity_samples)})
         if config.k_curve:
-            # pass@k up to k = n on the subset, and the paired change against the baseline per k:
-            # narrowing or expanding (training/evaluation/k_curve.py)
-            model_k, baseline_k = evaluations[K_CURVE + MODEL_LABEL], evaluations.get(K_CURVE + BASELINE_LABEL)
-            deltas = compare_rows(_by_eval_set(baseline_k.rows), _by_eval_set(model_k.rows)) if baseline_k else []
-            metrics |= k_curve_metrics(model_k.report, baseline_k.report if baseline_k else None, deltas,
-                                       curve_ks(config.k_curve.n))
+            metrics |= k_curve_comparison(evaluations[K_CURVE + MODEL_LABEL],
+                                          evaluations.get(K_CURVE + BASELINE_LABEL), config.k_curve.n)
         tracking.log_metrics(metrics, step=0, run_id=stage.run_id)
         for label, evaluation in evaluations.items():
             logger.info("%s: %s", label,
@@ -179,6 +153,26 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
 
         outputs = commit_evaluation(evaluations, eval_sets, config.datasets, stage.resolved, stage.run_id)
         return stage.finish(outputs, metrics)
+
+
+def _baseline(config: EvaluateConfig, baseline_dir: str, eval_sets: dict[str, list[dict]],
+              k_sets: dict[str, list[dict]]) -> dict:
+    """The baseline's evaluations (`baseline`, `k_curve/baseline`): its earlier samples when
+    `baseline_samples` names them, else sampled here like the model's."""
+    from prefect.logging import get_run_logger
+
+    from passband.tasks.evaluation import earlier_model_rows
+    from passband.training.evaluation.evaluate import evaluation_of
+
+    if config.baseline_samples is None:
+        return _sample(config, BASELINE_LABEL, config.baseline, baseline_dir, eval_sets, k_sets)
+    evaluations = {BASELINE_LABEL: evaluation_of(earlier_model_rows(config.baseline_samples, eval_sets,
+                                                                    config.sampling.n))}
+    if config.k_curve:
+        evaluations[K_CURVE + BASELINE_LABEL] = evaluation_of(earlier_model_rows(
+            config.baseline_samples, k_sets, config.k_curve.n, K_CURVE + MODEL_LABEL))
+    get_run_logger().info("baseline: reusing its samples from %s", config.baseline_samples)
+    return evaluations
 
 
 def _sample(config: EvaluateConfig, label: str, model_ref: str, model_dir: str, eval_sets: dict[str, list[dict]],
@@ -214,16 +208,3 @@ def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict
                                         config.system_prompt, config.shards)
     return run_evaluation(ENGINES.engine(config.engine, model_dir), sets, sampling, config.verifiers, model_dir,
                           config.system_prompt)
-
-
-def _by_eval_set(rows: list[dict]) -> list[dict]:
-    """Rows whose `task` is their eval set: reports and comparisons group by eval set."""
-    return [{**row, "task": row["eval_set"]} for row in rows]
-
-
-def _length_metrics(rows: list[dict]) -> dict[str, float]:
-    """Mean response length (tokens) and the fraction of samples cut at max_tokens."""
-    return {
-        "mean_length": sum(row["num_tokens"] for row in rows) / len(rows),
-        "truncation_rate": sum(row["finish_reason"] == "length" for row in rows) / len(rows),
-    }

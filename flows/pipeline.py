@@ -28,7 +28,6 @@ from passband.flows.sft import SFTConfig
 from passband.tasks.summary import RunSummary
 from passband.training.evaluation.claims import ClaimsConfig
 
-CHECKPOINTS = ("base", "sft", "rl")
 # What `placement` can place; `evaluate` covers the three evaluations (base, SFT, RL).
 StageName = Literal["curate", "sft", "recurate", "rl", "evaluate"]
 _POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -125,63 +124,60 @@ def run_stage(flow_fn: Any, pool: str | None, config: Config, parent_run_id: str
     return run_on_pool(flow_fn.name, pool, parameters, run_name or flow_fn.name)
 
 
-def pass_at_1_table(evaluations: dict[str, RunSummary], statistic: str) -> dict[str, float]:
-    """Each evaluation's whole-set `{eval set}/{statistic}` metrics (with `_ci_low`/`_ci_high`) and
-    its paired deltas against base (`delta/{eval set}/{statistic}...`), keyed `{checkpoint}/{name}`."""
-    table = {}
-    for label, summary in evaluations.items():
-        for name, value in summary.metrics.items():
-            parts = name.split("/")
-            whole_set = len(parts) == 2 or (len(parts) == 3 and parts[0] == "delta")
-            if whole_set and parts[-1] in (statistic, f"{statistic}_ci_low", f"{statistic}_ci_high"):
-                table[f"{label}/{name}"] = value
-    return table
+def _recurate_config(config: PipelineConfig, outputs: dict[str, dict[str, str]], checkpoint: str) -> CurateConfig:
+    """The curate stage's config on `checkpoint` with its SFT half off: the second pass only rebuilds
+    the RL sets from the SFT checkpoint's pass rates (built whole, not edited after validation)."""
+    data = bind_refs(config.curate.model_dump(mode="json"), outputs)
+    off = {part: {**data[part], "enabled": False} for part in ("sft", "correction", "synthetic")}
+    return CurateConfig.model_validate({**data, "model": checkpoint, **off})
 
 
-def headline_scores(table: dict[str, float], statistic: str, label: str) -> dict[str, float]:
-    """{eval set: value} of one checkpoint's point estimates in a pass_at_1_table."""
-    return {key.split("/")[1]: value for key, value in table.items()
-            if key.startswith(f"{label}/") and key.count("/") == 2 and key.endswith(f"/{statistic}")}
+def _evaluate_config(config: PipelineConfig, outputs: dict[str, dict[str, str]], label: str, checkpoint: str,
+                     base_samples: str | None) -> EvaluateConfig:
+    """The evaluate stage's config for one checkpoint. SFT and RL compare against the base evaluation's
+    own samples, not a fresh draw; the base itself has no baseline (one in the evaluate preset would
+    only sample it twice); the k-curve asks whether RL narrowed or expanded: base and RL only."""
+    if label == "base":
+        comparison: dict[str, Any] = {"baseline": None, "baseline_samples": None}
+    else:
+        comparison = {"baseline": config.model, "baseline_samples": base_samples}
+    if label == "sft":
+        comparison["k_curve"] = None
+    return _stage_config(EvaluateConfig, config.evaluate, outputs, model=checkpoint, **comparison)
 
 
-def table_rows(table: dict[str, float], statistic: str) -> list[dict[str, float | str | None]]:
-    """One row per eval set: each checkpoint's value and interval, each delta against base (None
-    where the table has no such entry)."""
-    rows = []
-    for name in sorted(headline_scores(table, statistic, CHECKPOINTS[0])):
-        row: dict[str, float | str | None] = {"eval_set": name}
-        for c in CHECKPOINTS:
-            for suffix in ("", "_ci_low", "_ci_high"):
-                row[f"{c}{suffix}"] = table.get(f"{c}/{name}/{statistic}{suffix}")
-            if c != CHECKPOINTS[0]:
-                for suffix in ("", "_ci_low", "_ci_high"):
-                    row[f"{c}_delta{suffix}"] = table.get(f"{c}/delta/{name}/{statistic}{suffix}")
-        rows.append(row)
-    return rows
+def _lineage(outputs: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The datasets behind the registered checkpoint: RL sets of the (re)curation, SFT and eval sets."""
+    return {**{f"dataset.{name}": uri for name, uri in sorted(outputs["recurate"].items()) if name.startswith("rl_")},
+            **{f"dataset.{name}": uri for name, uri in sorted(outputs["curate"].items())
+               if name.startswith(("sft_", "eval_"))}}
 
 
-def format_table(table: dict[str, float], statistic: str) -> str:
-    """Markdown: each checkpoint's value [95% interval], then each delta against base [interval],
-    with `*` where the delta's interval excludes 0."""
-    sets = sorted(headline_scores(table, statistic, CHECKPOINTS[0]))
-    deltas = [c for c in CHECKPOINTS if sets and f"{c}/delta/{sets[0]}/{statistic}" in table]
-    header = [f"held-out {statistic}", *CHECKPOINTS, *(f"{c} - base" for c in deltas)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    nan = float("nan")
-    for name in sets:
-        cells = [name]
-        for c in CHECKPOINTS:
-            key = f"{c}/{name}/{statistic}"
-            cells.append(f"{table.get(key, nan):.3f} [{table.get(key + '_ci_low', nan):.3f}, "
-                         f"{table.get(key + '_ci_high', nan):.3f}]")
-        for c in deltas:
-            key = f"{c}/delta/{name}/{statistic}"
-            low, high = table[key + "_ci_low"], table[key + "_ci_high"]
-            cells.append(f"{table[key]:+.3f} [{low:+.3f}, {high:+.3f}]{' *' if low > 0 or high < 0 else ''}")
-        lines.append("| " + " | ".join(cells) + " |")
-    if deltas:
-        lines.append("\n[lo, hi]: 95% interval over problems; *: the paired delta's interval excludes 0.")
-    return "\n".join(lines)
+def _evaluate_checkpoints(config: PipelineConfig, outputs: dict[str, dict[str, str]], checkpoints: dict[str, str],
+                          run_id: str) -> dict[str, RunSummary]:
+    """The evaluate stage once per checkpoint (base first: the others reuse its samples as their baseline)."""
+    from passband.flows.evaluate import evaluate
+    from passband.training.engines.keeper import ENGINES
+
+    evaluations: dict[str, RunSummary] = {}
+    with ENGINES.scope():  # the three evaluations share one live engine, swapping weights
+        for label, checkpoint in checkpoints.items():
+            base_samples = evaluations["base"].outputs["samples"] if evaluations else None
+            evaluations[label] = run_stage(evaluate, config.placement.get("evaluate"), _evaluate_config(
+                config, outputs, label, checkpoint, base_samples), run_id, run_name=f"evaluate-{label}")
+    return evaluations
+
+
+def _register(config: PipelineConfig, run: Any, best: str, checkpoint: str, best_run: RunSummary,
+              selection_value: float, outputs: dict[str, dict[str, str]]) -> str:
+    """The best checkpoint in the MLflow model registry with its lineage; returns its version."""
+    from passband.tasks.provenance import code_version, config_hash
+    from passband.tasks.registry import register_checkpoint
+
+    lineage = {"checkpoint_uri": checkpoint, "stage": best, "pipeline_run_id": run.run_id,
+               "config_hash": config_hash(run.resolved), "code_version": code_version(), **_lineage(outputs),
+               "selection_metric": f"mean {config.best_metric} over eval sets", "selection_value": selection_value}
+    return register_checkpoint(config.registered_model, best_run.mlflow_run_id, lineage)
 
 
 @flow(name="pipeline", flow_run_name="pipeline")
@@ -192,25 +188,20 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     from prefect.logging import get_run_logger
 
     from passband.flows.curate import curate
-    from passband.flows.evaluate import evaluate
     from passband.flows.rl import rl
     from passband.flows.sft import sft
     from passband.tasks import tracking
-    from passband.tasks.provenance import code_version, config_hash
-    from passband.tasks.registry import register_checkpoint
     from passband.tasks.stage import publish_markdown, publish_table, stage_run
-    from passband.training.engines.keeper import ENGINES
-    from passband.training.evaluation.claims import check_claims, format_claims
-    from passband.training.evaluation.k_curve import k_curve_markdown
+    from passband.training.evaluation.k_curve import k_curve_entries
+    from passband.training.evaluation.results import (best_checkpoint, mean_score, pass_at_1_table,
+                                                      results_markdown, table_rows)
 
-    logger = get_run_logger()
     start = time.perf_counter()
+    statistic = config.best_metric
     with stage_run("pipeline", config, parent_run_id, cache=False) as run:
-        run_id, resolved = run.run_id, run.resolved
-        outputs: dict[str, dict[str, str]] = {}
+        run_id, placed = run.run_id, config.placement.get
         runs: dict[str, RunSummary] = {}
-
-        placed = config.placement.get
+        outputs: dict[str, dict[str, str]] = {}
         runs["curate"] = run_stage(curate, placed("curate"),
                                    _stage_config(CurateConfig, config.curate, outputs, model=config.model), run_id)
         outputs["curate"] = runs["curate"].outputs
@@ -219,65 +210,31 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         outputs["sft"] = runs["sft"].outputs
         sft_checkpoint = outputs["sft"]["checkpoint"]
         if config.recurate:
-            recurate_config = _stage_config(CurateConfig, config.curate, outputs, model=sft_checkpoint)
-            for part in (recurate_config.sft, recurate_config.correction, recurate_config.synthetic):
-                part.enabled = False
-            runs["recurate"] = run_stage(curate, placed("recurate"), recurate_config, run_id, run_name="recurate")
-            outputs["recurate"] = runs["recurate"].outputs
-        else:
-            outputs["recurate"] = outputs["curate"]
+            runs["recurate"] = run_stage(curate, placed("recurate"), _recurate_config(config, outputs, sft_checkpoint),
+                                         run_id, run_name="recurate")
+        outputs["recurate"] = runs["recurate"].outputs if config.recurate else outputs["curate"]
         runs["rl"] = run_stage(rl, placed("rl"), _stage_config(RLConfig, config.rl, outputs, model=sft_checkpoint),
                                run_id)
         outputs["rl"] = runs["rl"].outputs
 
         checkpoints = {"base": config.model, "sft": sft_checkpoint, "rl": outputs["rl"]["checkpoint"]}
-        evaluations = {}
-        with ENGINES.scope():  # the three evaluations share one live engine, swapping weights
-            for label, checkpoint in checkpoints.items():
-                # SFT and RL compare against the base evaluation's own samples, not a fresh draw; the
-                # base itself has no baseline (one in the evaluate preset would only sample it twice)
-                comparison = {"baseline": None, "baseline_samples": None} if label == "base" else {
-                    "baseline": config.model, "baseline_samples": evaluations["base"].outputs["samples"]}
-                if label == "sft":  # the k-curve asks whether RL narrowed or expanded: base and RL only
-                    comparison["k_curve"] = None
-                evaluations[label] = run_stage(evaluate, placed("evaluate"), _stage_config(
-                    EvaluateConfig, config.evaluate, outputs, model=checkpoint, **comparison), run_id,
-                    run_name=f"evaluate-{label}")
-        table = pass_at_1_table(evaluations, config.best_metric)
-        results = format_table(table, config.best_metric)
-        k_curve = {name: value for name, value in evaluations["rl"].metrics.items() if name.startswith("k_curve/")}
-        if config.evaluate.k_curve is not None:
-            results += "\n\n### Sharpening or expansion: pass@k up to k = n\n\n" + k_curve_markdown(k_curve, "base", "rl")
-        claim_metrics = {}
-        if config.claims is not None:
-            sets = sorted(headline_scores(table, config.best_metric, "base"))
-            checked = check_claims(table, config.best_metric, sets, list(CHECKPOINTS), config.claims)
-            results += "\n\n### Claims stated before the run\n\n" + format_claims(checked)
-            claim_metrics = {"claims/held": float(sum(c.holds for c in checked)), "claims/checked": float(len(checked))}
-        logger.info("\n%s", results)
-        publish_markdown(results, f"held-out {config.best_metric} of base, SFT and RL with 95% intervals and deltas")
-        publish_table(table_rows(table, config.best_metric),
-                      f"held-out {config.best_metric} per eval set: base, SFT, RL, deltas against base (95% intervals)")
+        evaluations = _evaluate_checkpoints(config, outputs, checkpoints, run_id)
+        table = pass_at_1_table({label: summary.metrics for label, summary in evaluations.items()}, statistic)
+        k_curve = k_curve_entries(evaluations["rl"].metrics)
+        results, claim_metrics = results_markdown(
+            table, statistic, k_curve if config.evaluate.k_curve is not None else None, config.claims)
+        get_run_logger().info("\n%s", results)
+        publish_markdown(results, f"held-out {statistic} of base, SFT and RL with 95% intervals and deltas")
+        publish_table(table_rows(table, statistic),
+                      f"held-out {statistic} per eval set: base, SFT, RL, deltas against base (95% intervals)")
 
-        def mean_score(label: str) -> float:
-            values = list(headline_scores(table, config.best_metric, label).values())
-            return sum(values) / max(len(values), 1)
-
-        best = max(("sft", "rl"), key=mean_score)
-        lineage = {
-            "checkpoint_uri": checkpoints[best], "stage": best, "pipeline_run_id": run_id,
-            "config_hash": config_hash(resolved), "code_version": code_version(),
-            **{f"dataset.{name}": uri for name, uri in sorted(outputs["recurate"].items()) if name.startswith("rl_")},
-            **{f"dataset.{name}": uri for name, uri in sorted(outputs["curate"].items())
-               if name.startswith(("sft_", "eval_"))},
-            "selection_metric": f"mean {config.best_metric} over eval sets", "selection_value": mean_score(best),
-        }
-        version = register_checkpoint(config.registered_model, runs[best].mlflow_run_id, lineage)
+        best = best_checkpoint(table, statistic)
+        version = _register(config, run, best, checkpoints[best], runs[best], mean_score(table, statistic, best),
+                            outputs)
         metrics = {**table, **{f"rl/{name}": value for name, value in k_curve.items()}, **claim_metrics,
                    "wall_s": time.perf_counter() - start}
         tracking.log_metrics(metrics, step=0, run_id=run_id)
         tracking.set_tags({"best_checkpoint": checkpoints[best], "registered_model":
                            f"{config.registered_model}/{version}"}, run_id)
         flat_outputs = {f"{stage}.{name}": uri for stage, named in outputs.items() for name, uri in named.items()}
-        flat_outputs["best_checkpoint"] = checkpoints[best]
-        return run.finish(flat_outputs, metrics)
+        return run.finish({**flat_outputs, "best_checkpoint": checkpoints[best]}, metrics)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 from pydantic import Field, model_validator
 from prefect import flow
@@ -134,6 +135,35 @@ def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> di
     return refs
 
 
+def _held_out_prompts(config: SFTConfig, eval_sets: dict[str, list[dict]], run_id: str) -> list[str]:
+    """The prompts no training row may ask: the eval sets' and those of `held_out` (URIs and sources)."""
+    from passband.tasks.evaluation import eval_sets_from
+
+    prompts = [row["prompt"] for rows in eval_sets.values() for row in rows]
+    if config.held_out:
+        held_out_sets = eval_sets_from(
+            {name: ref for name, ref in config.held_out.items() if isinstance(ref, str)},
+            {name: ref for name, ref in config.held_out.items() if isinstance(ref, ProblemSource)},
+            run_id=run_id)
+        prompts += [row["prompt"] for rows in held_out_sets.values() for row in rows]
+    return prompts
+
+
+def _train_stage(config: SFTConfig, stage: StageConfig, refs: dict[str, str], tokenizer: Any, eval_prompts: list[str],
+                 start_from: str, start_dir: str, step_offset: int, run_id: str) -> Any:
+    """One stage from `start_from` (in local dir `start_dir`): its examples without held-out prompts,
+    its cache key, its training or resumption (tasks/sft.py); returns the StageOutcome."""
+    from passband.tasks.sft import sft_stage_key, train_sft_stage
+    from passband.tasks.sft_data import stage_examples
+    from passband.training.sft.loop import data_fingerprint
+
+    stage_refs = {name: refs[name] for name in stage.datasets}
+    examples = stage_examples(stage, stage_refs, tokenizer, eval_prompts, run_id)
+    key = sft_stage_key(stage, stage_refs, start_from, data_fingerprint(examples))
+    return train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset, run_id,
+                           config.distributed.nproc_per_node)
+
+
 def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: str, step: int,
               run_id: str) -> dict[str, float]:
     """Score `model_dir` on the eval sets with an engine opened for it; log everything under
@@ -166,11 +196,9 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
     from passband.tasks.evaluation import eval_sets_from
     from passband.tasks.model import resolve_model
     from passband.tasks.registry import log_model
-    from passband.tasks.sft import sft_stage_key, train_sft_stage
-    from passband.tasks.sft_data import stage_examples
     from passband.tasks.stage import stage_run
     from passband.training.model_source import load_tokenizer
-    from passband.training.sft.loop import data_fingerprint
+    from passband.training.sft.run_metrics import stage_metrics, throughput_metrics
 
     logger = get_run_logger()
     started = time.perf_counter()
@@ -182,37 +210,25 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
 
         model_dir = resolve_model(config.model)
         tokenizer = load_tokenizer(model_dir)
-        eval_sets = {}
+        eval_sets: dict[str, list[dict]] = {}
         metrics: dict[str, float] = {}
         if config.eval is not None:
             eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
             metrics |= _evaluate(model_dir, eval_sets, config.eval, "before", 0, run_id)
-        eval_prompts = [row["prompt"] for rows in eval_sets.values() for row in rows]
-        if config.held_out:
-            held_out_sets = eval_sets_from(
-                {name: ref for name, ref in config.held_out.items() if isinstance(ref, str)},
-                {name: ref for name, ref in config.held_out.items() if isinstance(ref, ProblemSource)},
-                run_id=run_id)
-            eval_prompts += [row["prompt"] for rows in held_out_sets.values() for row in rows]
+        eval_prompts = _held_out_prompts(config, eval_sets, run_id)
         refs = _dataset_refs(config, eval_prompts, run_id)
         # datasets this run built are outputs; those it was given by URI are its inputs
         outputs = {f"data_{name}": ref for name, ref in refs.items() if name in config.generated}
 
         start_from, start_dir, step_offset = config.model, model_dir, 0
-        peak_memory_mb, tokens_per_s = 0.0, []
+        trained: list[tuple[float, float]] = []  # (tokens_per_s, peak_memory_mb) of the stages that ran steps
         for index, stage in enumerate(config.stages, start=1):
-            stage_refs = {name: refs[name] for name in stage.datasets}
-            examples = stage_examples(stage, stage_refs, tokenizer, eval_prompts, run_id)
-            key = sft_stage_key(stage, stage_refs, start_from, data_fingerprint(examples))
-            outcome = train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset, run_id,
-                                      config.distributed.nproc_per_node)
+            outcome = _train_stage(config, stage, refs, tokenizer, eval_prompts, start_from, start_dir, step_offset,
+                                   run_id)
             step_offset += outcome.total_steps
-            metrics[f"{stage.name}/final_loss"] = outcome.final_loss
-            metrics[f"{stage.name}/num_steps"] = float(outcome.total_steps)
-            if outcome.steps_run:
-                metrics[f"{stage.name}/tokens_per_s"] = outcome.tokens_per_s
-                tokens_per_s.append(outcome.tokens_per_s)
-                peak_memory_mb = max(peak_memory_mb, outcome.peak_memory_mb)
+            metrics |= stage_metrics(stage.name, outcome.total_steps, outcome.steps_run, outcome.final_loss,
+                                     outcome.tokens_per_s)
+            trained += [(outcome.tokens_per_s, outcome.peak_memory_mb)] if outcome.steps_run else []
             outputs[f"stage{index}_checkpoint"] = outcome.checkpoint_uri
             start_from, start_dir = outcome.checkpoint_uri, resolve_model(outcome.checkpoint_uri)
         outputs["checkpoint"] = start_from
@@ -220,10 +236,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         if config.eval is not None:
             metrics |= _evaluate(start_dir, eval_sets, config.eval, "after", step_offset, run_id)
         log_model(start_from, run_id, _model_card(config, metrics))
-        if tokens_per_s:  # "train/" keeps them apart from the per-step series of the same names
-            metrics["train/tokens_per_s"] = sum(tokens_per_s) / len(tokens_per_s)
-            metrics["train/peak_memory_mb"] = peak_memory_mb
-        metrics["wall_s"] = time.perf_counter() - started
+        metrics |= {**throughput_metrics(trained), "wall_s": time.perf_counter() - started}
         tracking.log_metrics({k: v for k, v in metrics.items() if not k.startswith(("before/", "after/"))},
                              step=step_offset, run_id=run_id)
         return run.finish(outputs, metrics)

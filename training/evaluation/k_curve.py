@@ -95,6 +95,11 @@ def k_curve_metrics(model: EvalReport, baseline: EvalReport | None, deltas: list
     return metrics
 
 
+def k_curve_entries(metrics: dict[str, float]) -> dict[str, float]:
+    """The k-curve's metrics (`k_curve/...`, as k_curve_metrics names them) among an evaluation's."""
+    return {name: value for name, value in metrics.items() if name.startswith(f"{PREFIX}/")}
+
+
 def k_curve_markdown(metrics: dict[str, float], baseline_label: str, model_label: str) -> str:
     """Markdown from `k_curve_metrics` output (with a baseline): per eval set and k, both
     checkpoints [95% interval] and the paired delta [interval], then the call per eval set."""
