@@ -90,7 +90,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
     stderr and the JSON line's `message` say why); 75 the home is busy.
     """
     from passband.flows.stack import prepare_environment, stdout_reserved_for_summary
-    from passband.tasks.lock import LockHeld, home_lock
+    from passband.tasks.host.lock import LockHeld, home_lock
 
     settings = prepare_environment()
     flow_fn, config = resolve(flow_name, preset, config_file, overrides)
@@ -108,7 +108,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
             result = flow_fn(config=config)
             summary = result.model_dump()
         except Exception as err:
-            from passband.tasks.runs import failed_flow_run
+            from passband.tasks.reporting.runs import failed_flow_run
 
             summary = {"flow": flow_name, "status": "failed", "mlflow_run_id": failed_flow_run(started_ms, settings),
                        "outputs": {}, "metrics": {}, "error": f"{type(err).__name__}: {err}"}
@@ -145,7 +145,7 @@ def config_command(flow_name: str, preset: str | None, config_file: Path | None,
 def runs(limit: int, as_json: bool) -> None:
     """List the experiment's most recent MLflow runs (reads only; stages show as FLOW/STAGE)."""
     from passband.flows.runs_cmd import render_json, render_table
-    from passband.tasks.runs import recent_runs
+    from passband.tasks.reporting.runs import recent_runs
 
     rows = recent_runs(limit)
     click.echo(render_json(rows) if as_json else render_table(rows))
@@ -180,7 +180,7 @@ def down() -> None:
     """Stop the services `passband up` started."""
     from passband.flows.stack import stop_services
     from passband.flows.stack_postgres import open_home_stack, stack_root
-    from passband.tasks.settings import StackSettings
+    from passband.tasks.host.settings import StackSettings
 
     home = StackSettings.from_env().home
     stopped = stop_services()
@@ -193,7 +193,7 @@ def down() -> None:
 def _up_postgres_stack(with_workers: bool) -> None:
     """`passband up --stack postgres`: start the stack, print its URLs and the settings file."""
     from passband.flows.stack_postgres import open_home_stack
-    from passband.tasks.settings import StackSettings
+    from passband.tasks.host.settings import StackSettings
 
     if with_workers:
         raise click.UsageError("--worker and --task-workers start workers for the local stack only")

@@ -16,7 +16,7 @@ import time
 from prefect import flow, get_run_logger
 
 from passband.flows.curate_config import CurateConfig
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 
 __all__ = ["CurateConfig", "curate"]
 
@@ -28,10 +28,12 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     from passband.curation.bands import BandFilter, DifficultyBands, label_rows, prefilter_by_column
     from passband.curation.curate_rows import attach_pass_rates, count_by, removed_record
     from passband.curation.rl_selection import rl_funnel
-    from passband.tasks import tracking
-    from passband.tasks.model import resolve_model
-    from passband.tasks.passrate import LazyEngine, SamplingTally, checkpoint_id, estimate_pass_rates
-    from passband.tasks.stage import stage_run
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.reporting import tracking
+    from passband.tasks.sampling.engine import LazyEngine
+    from passband.tasks.sampling.keys import checkpoint_id
+    from passband.tasks.sampling.passrate import SamplingTally, estimate_pass_rates
+    from passband.tasks.stages.stage import stage_run
     from passband.training.model_source import load_tokenizer
 
     logger = get_run_logger()
@@ -123,7 +125,7 @@ def _sampling_key(config: CurateConfig, n: int, top_k: int, temperature: float) 
 def _load_and_hold_out(config: CurateConfig) -> tuple[dict, dict]:
     """Per task: the generated/loaded pool split into (train, eval) before any filtering."""
     from passband.curation.holdout import hold_out
-    from passband.tasks.data import load_problems_task
+    from passband.tasks.steps.data import load_problems_task
 
     train, evals = {}, {}
     for task_name, pool in config.pools().items():
@@ -165,8 +167,8 @@ def _hygiene(config: CurateConfig, train: dict, eval_rows: list[dict], removed: 
 def _log_pass_rate_plots(config: CurateConfig, train: dict, bands, metrics: dict, run_id: str) -> None:
     """Histogram counts and band counts as metrics, one histogram PNG per task."""
     from passband.curation.bands import band_counts, pass_rate_histogram
-    from passband.tasks import tracking
-    from passband.tasks.plots import pass_rate_histogram_figure
+    from passband.tasks.reporting import tracking
+    from passband.tasks.reporting.plots import pass_rate_histogram_figure
 
     rows = [row for task_rows in train.values() for row in task_rows]
     histogram = pass_rate_histogram(rows, bins=config.histogram_bins)
@@ -203,7 +205,7 @@ def _report_rl_funnel(rl_sets: dict[str, list[dict]], empty_bands: list, funnel:
     """Log and publish which stage removed what per task; warn for each task with an empty band.
     Returns why the run is partial (every RL set is empty), else None."""
     from passband.curation.rl_selection import funnel_markdown
-    from passband.tasks.stage import publish_markdown
+    from passband.tasks.stages.stage import publish_markdown
 
     logger = get_run_logger()
     table = funnel_markdown(funnel)
@@ -223,8 +225,8 @@ def _report_rl_funnel(rl_sets: dict[str, list[dict]], empty_bands: list, funnel:
 def _commit(rows: list[dict], name: str, context: str, run_id: str, resolved: dict) -> str:
     """Problem rows (JSON-text reference) as a versioned Parquet artifact, logged to MLflow."""
     from passband.curation.suites.rows import rows_to_table
-    from passband.tasks import tracking
-    from passband.tasks.datasets import commit_table
+    from passband.tasks.artifacts.datasets import commit_table
+    from passband.tasks.reporting import tracking
 
     table = rows_to_table(rows)
     if not rows and context == "training":  # an empty RL set still has the RL columns
@@ -247,8 +249,8 @@ def _commit_sft(rows: list[dict], name: str, run_id: str, resolved: dict) -> str
     import pyarrow as pa
 
     from passband.curation.curate_rows import SFT_COLUMNS
-    from passband.tasks import tracking
-    from passband.tasks.datasets import commit_table
+    from passband.tasks.artifacts.datasets import commit_table
+    from passband.tasks.reporting import tracking
 
     floats = {"pass_rate", "perplexity"}
     ints = {"npass", "num_samples", "sample_index", "num_tokens"}
@@ -266,8 +268,8 @@ def _commit_sft(rows: list[dict], name: str, run_id: str, resolved: dict) -> str
 def _commit_removed(removed: list[dict], run_id: str, resolved: dict) -> str:
     import pyarrow as pa
 
-    from passband.tasks import tracking
-    from passband.tasks.datasets import commit_table
+    from passband.tasks.artifacts.datasets import commit_table
+    from passband.tasks.reporting import tracking
 
     names = ("id", "task", "subdomain", "stage", "removed_reason", "reason_kind", "prompt", "completion", "row_json")
     table = pa.table({name: pa.array([row.get(name) for row in removed], type=pa.string()) for name in names})

@@ -38,7 +38,7 @@ def build_sft_sets(
         if config.sft.selection_n is not None:
             # The recipe's SFT rule counts passes out of its own n (16), independent of the band
             # estimate's n (5): a separate draw, sharded and reused like the pass rates.
-            from passband.tasks.passrate import estimate_pass_rates
+            from passband.tasks.sampling.passrate import estimate_pass_rates
 
             result = estimate_pass_rates(rows, engine, tokenizer, student,
                                          {**sampling, "n": config.sft.selection_n, "top_k": 1}, verifiers,
@@ -55,8 +55,9 @@ def build_sft_sets(
 
     teacher_engine, teacher_id, teacher_tokenizer = engine, student, tokenizer
     if config.teacher is not None and config.teacher != config.model:
-        from passband.tasks.model import resolve_model
-        from passband.tasks.passrate import LazyEngine, checkpoint_id
+        from passband.tasks.artifacts.model import resolve_model
+        from passband.tasks.sampling.engine import LazyEngine
+        from passband.tasks.sampling.keys import checkpoint_id
         from passband.training.model_source import load_tokenizer
 
         engine.close()  # one engine in memory at a time
@@ -128,7 +129,7 @@ def _teacher_traces(
     from passband.curation.bands import label_rows
     from passband.curation.curate_rows import attach_pass_rates, removed_record, sft_row
     from passband.curation.sft_select import combine_verdicts
-    from passband.tasks.passrate import estimate_pass_rates
+    from passband.tasks.sampling.passrate import estimate_pass_rates
 
     if not problems:
         return []
@@ -163,7 +164,7 @@ def _synthetic_queries(config: CurateConfig, task_name: str, train: dict, eval_r
     from passband.curation.curate_rows import removed_record
     from passband.curation.hygiene import decontaminate, normalize_text, remove_exact_duplicates
     from passband.curation.synthetic import frame_queries
-    from passband.tasks.data import load_problems_task
+    from passband.tasks.steps.data import load_problems_task
 
     source = config.tasks[task_name].source
     if source.path is not None or config.synthetic.num_queries == 0:
@@ -201,7 +202,7 @@ def _perplexity(config: CurateConfig, model_dir: str, stage1: list[dict], stage2
     """The student's perplexity on every kept trace; traces above the cap are removed."""
     from passband.curation.curate_rows import removed_record
     from passband.curation.sft_select import perplexity_cap
-    from passband.tasks.trace_perplexity import trace_perplexities
+    from passband.tasks.steps.trace_perplexity import trace_perplexities
 
     rows = stage1 + stage2
     values = trace_perplexities(model_dir, [row["prompt"] for row in rows], [row["completion"] for row in rows],

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from prefect import flow
 
 from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 from passband.training.engines import EngineConfig, RolloutEngine
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
@@ -51,9 +51,9 @@ def _iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, prob
     """Run outer iteration `iteration` (1-based) and return its metrics; advances trainer.state."""
     import torch
 
-    from passband.tasks.memory import PhasePeaks, resident_gb
-    from passband.tasks.rl import push_weights, score_rollouts
-    from passband.tasks.rollout import generate, rollout_stats
+    from passband.tasks.host.memory import PhasePeaks, resident_gb
+    from passband.tasks.steps.rl import push_weights, score_rollouts
+    from passband.tasks.steps.rollout import generate, rollout_stats
     from passband.training.chat import render_prompt
     from passband.training.rl.batching import build_rollout_batch
     from passband.training.rl.prompt_cursor import draw_prompts
@@ -153,18 +153,18 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     """Multi-task RL; outputs the final `checkpoint` and the `best_checkpoint` by eval.best_metric."""
     from prefect.logging import get_run_logger
 
-    from passband.tasks import tracking
-    from passband.tasks.checkpoints import scratch_dir
-    from passband.tasks.datasets import read_table
-    from passband.tasks.evaluation import eval_sets_from, log_evaluation, run_evaluation
-    from passband.tasks.model import resolve_model
-    from passband.tasks.plots import entropy_ceiling_figure
-    from passband.tasks.progress import Progress
-    from passband.tasks.registry import log_model
-    from passband.tasks.rl import (checkpoint_uri, last_checkpoint_iteration, load_rl_problems, open_rl_trainer,
-                                   prompt_key, save_rl_checkpoint)
-    from passband.tasks.rollout import open_engine
-    from passband.tasks.stage import stage_run
+    from passband.tasks.artifacts.checkpoints import scratch_dir
+    from passband.tasks.artifacts.datasets import read_table
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.reporting import tracking
+    from passband.tasks.reporting.plots import entropy_ceiling_figure
+    from passband.tasks.reporting.progress import Progress
+    from passband.tasks.reporting.registry import log_model
+    from passband.tasks.steps.evaluation import eval_sets_from, log_evaluation, run_evaluation
+    from passband.tasks.steps.rl import (checkpoint_uri, last_checkpoint_iteration, load_rl_problems, open_rl_trainer,
+                                         prompt_key, save_rl_checkpoint)
+    from passband.tasks.stages.stage import stage_run
+    from passband.tasks.steps.rollout import open_engine
     from passband.training.rl.trainer import BestCheckpoint
 
     logger = get_run_logger()

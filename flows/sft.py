@@ -3,7 +3,7 @@
 Per stage: load its datasets (curated artifacts, local chat files, or built-in worked math),
 mix by weight and band, drop eval prompts, chat-encode with the rollout template, train with
 packing and the chunked loss (training.sft.loop), committing checkpoints manifest-last. A rerun
-skips completed stages and continues a broken one from its last checkpoint (tasks/sft.py). With
+skips completed stages and continues a broken one from its last checkpoint (tasks/steps/sft.py). With
 `eval` set, the held-out sets are scored before the first and after the last stage.
 """
 
@@ -15,11 +15,11 @@ import time
 from pydantic import Field, model_validator
 from prefect import flow
 
-from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.math_suite import AnswerFormat
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 from passband.training.sft.config import DistributedConfig, StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -99,7 +99,7 @@ class SFTConfig(Config):
     stage's sets here, so SFT never trains on the final table's problems."""
     distributed: DistributedConfig = DistributedConfig()
     """Ranks per stage: nproc_per_node > 1 runs each stage's loop under torchrun (FSDP2), launched by
-    this flow, which keeps the MLflow logging and the checkpoint commits (tasks/sft_torchrun.py)."""
+    this flow, which keeps the MLflow logging and the checkpoint commits (tasks/steps/sft_torchrun.py)."""
     resume: bool = True
     """Skip stages whose final checkpoint exists and continue a stage from its newest checkpoint;
     false retrains every stage from its start (replacing its checkpoints)."""
@@ -119,9 +119,9 @@ class SFTConfig(Config):
 
 def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> dict[str, str]:
     """Each dataset name the stages use -> the URI or path its rows are read from."""
-    from passband.tasks import tracking
-    from passband.tasks.datasets import read_table
-    from passband.tasks.sft_data import commit_worked_math
+    from passband.tasks.artifacts.datasets import read_table
+    from passband.tasks.reporting import tracking
+    from passband.tasks.steps.sft_data import commit_worked_math
 
     refs: dict[str, str] = {}
     for name in dict.fromkeys(name for stage in config.stages for name in stage.datasets):
@@ -138,8 +138,8 @@ def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: st
               run_id: str) -> dict[str, float]:
     """Score `model_dir` on the eval sets with an engine opened for it; log everything under
     `prefix/`, return the headline (`before/math/pass@1`, `before/mean/pass@1`, ...)."""
-    from passband.tasks.evaluation import log_evaluation, run_evaluation
-    from passband.tasks.rollout import open_engine
+    from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
+    from passband.tasks.steps.rollout import open_engine
 
     engine = open_engine(config.engine, model_dir)
     evaluation = run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir)
@@ -162,13 +162,13 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
     """Train the stages in order; outputs every stage's final checkpoint, the last as `checkpoint`."""
     from prefect.logging import get_run_logger
 
-    from passband.tasks import tracking
-    from passband.tasks.evaluation import eval_sets_from
-    from passband.tasks.model import resolve_model
-    from passband.tasks.registry import log_model
-    from passband.tasks.sft import sft_stage_key, train_sft_stage
-    from passband.tasks.sft_data import stage_examples
-    from passband.tasks.stage import stage_run
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.reporting import tracking
+    from passband.tasks.reporting.registry import log_model
+    from passband.tasks.stages.stage import stage_run
+    from passband.tasks.steps.evaluation import eval_sets_from
+    from passband.tasks.steps.sft import sft_stage_key, train_sft_stage
+    from passband.tasks.steps.sft_data import stage_examples
     from passband.training.model_source import load_tokenizer
     from passband.training.sft.loop import data_fingerprint
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from passband.tasks.settings import StackSettings
+from passband.tasks.host.settings import StackSettings
 
 PREFECT_PORT = int(os.environ.get("PASSBAND_PREFECT_PORT", "4200"))
 MLFLOW_PORT = int(os.environ.get("PASSBAND_MLFLOW_PORT", "5000"))

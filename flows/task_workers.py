@@ -1,7 +1,7 @@
 """`passband up --task-workers N`: N local Prefect task workers that sample pass-rate and eval shards.
 
 Each worker is a background process we own (pid file `<home>/run/task-worker-<i>.pid`, log
-`<home>/logs/task-worker-<i>.log`) running `python -m passband.tasks.shard_worker`, told which
+`<home>/logs/task-worker-<i>.log`) running `python -m passband.tasks.sampling.worker`, told which
 device to use: one GPU each (CUDA_VISIBLE_DEVICES) when the machine has at least N, otherwise an
 equal, disjoint share of the visible CPU cores (VLLM_CPU_OMP_THREADS_BIND + OMP_NUM_THREADS), so
 two workers do not fight over the same cores. Flows use them with `sampling.workers=task_workers`
@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from passband.tasks.settings import StackSettings
+from passband.tasks.host.settings import StackSettings
 
 NAME_PREFIX = "task-worker-"
 
@@ -49,7 +49,7 @@ def start_task_workers(num_workers: int, api_url: str) -> list[str]:
     names = []
     for index in range(num_workers):
         name = f"{NAME_PREFIX}{index}"
-        _spawn(settings, name, [sys.executable, "-m", "passband.tasks.shard_worker"],
+        _spawn(settings, name, [sys.executable, "-m", "passband.tasks.sampling.worker"],
                {**shared, **device_env(index, num_workers, num_gpus, cores), "PASSBAND_WORKER_NAME": name})
         names.append(name)
     return names

@@ -44,7 +44,7 @@ def timed_evaluate(model_dir: Path, args: argparse.Namespace, workers: str, seed
     """(wall seconds, problems sampled, per-sample rows) of one evaluate run in the current PASSBAND_HOME."""
     from passband.flows.config import resolve_config
     from passband.flows.evaluate import EvaluateConfig, evaluate
-    from passband.tasks.datasets import read_table
+    from passband.tasks.artifacts.datasets import read_table
 
     config = resolve_config(EvaluateConfig, "evaluate", args.preset, None,
                             [f"model={model_dir}", "baseline=null", "k_curve=null", f"sampling.n={args.n}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from passband.curation.suites.source import ProblemSource
-from passband.tasks.rl import load_rl_problems, prompt_key
+from passband.tasks.steps.rl import load_rl_problems, prompt_key
 
 
 def _sums(answer_format: str) -> ProblemSource:
