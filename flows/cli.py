@@ -89,7 +89,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
     all it was asked, e.g. RL stopped by max_iterations_this_run, or curate with every RL set empty:
     stderr and the JSON line's `message` say why); 75 the home is busy.
     """
-    from passband.flows.stack import prepare_environment, stdout_reserved_for_summary
+    from passband.stack.local import prepare_environment, stdout_reserved_for_summary
     from passband.tasks.host.lock import LockHeld, home_lock
 
     settings = prepare_environment()
@@ -163,13 +163,13 @@ def up(worker: bool, task_workers: int, stack: str) -> None:
     if stack == "postgres":
         _up_postgres_stack(worker or bool(task_workers))
         return
-    from passband.flows.stack import start_services
+    from passband.stack.local import start_services
 
     urls = start_services(worker=worker)
     for name, url in urls.items():
         click.echo(f"{name}: {url}")
     if task_workers:
-        from passband.flows.task_workers import start_task_workers
+        from passband.stack.task_workers import start_task_workers
 
         for name in start_task_workers(task_workers, f"{urls['prefect']}/api"):
             click.echo(f"{name}: serving sample-shard-job")
@@ -178,8 +178,8 @@ def up(worker: bool, task_workers: int, stack: str) -> None:
 @main.command()
 def down() -> None:
     """Stop the services `passband up` started."""
-    from passband.flows.stack import stop_services
-    from passband.flows.stack_postgres import open_home_stack, stack_root
+    from passband.stack.local import stop_services
+    from passband.stack.postgres import open_home_stack, stack_root
     from passband.tasks.host.settings import StackSettings
 
     home = StackSettings.from_env().home
@@ -192,7 +192,7 @@ def down() -> None:
 
 def _up_postgres_stack(with_workers: bool) -> None:
     """`passband up --stack postgres`: start the stack, print its URLs and the settings file."""
-    from passband.flows.stack_postgres import open_home_stack
+    from passband.stack.postgres import open_home_stack
     from passband.tasks.host.settings import StackSettings
 
     if with_workers:
@@ -207,7 +207,7 @@ def _up_postgres_stack(with_workers: bool) -> None:
 @main.command()
 def doctor() -> None:
     """Print versions, engine availability and the resolved stack settings."""
-    from passband.flows.stack import doctor_report
+    from passband.stack.local import doctor_report
 
     click.echo(doctor_report())
 

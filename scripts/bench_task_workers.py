@@ -69,8 +69,8 @@ def main() -> None:
     os.environ["PREFECT_LOCAL_STORAGE_PATH"] = tempfile.mkdtemp(prefix="bench-prefect-storage-")
     from prefect.testing.utilities import prefect_test_harness
 
-    from passband.flows.stack import stop_services
-    from passband.flows.task_workers import start_task_workers
+    from passband.stack.local import stop_services
+    from passband.stack.task_workers import start_task_workers
     from passband.training.model_source import gguf_to_safetensors, smollm2_gguf_path
 
     model_dir = gguf_to_safetensors(smollm2_gguf_path(), Path(tempfile.mkdtemp(prefix="bench-model-")))

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from passband.flows.stack import stop_services
-from passband.flows.task_workers import start_task_workers
+from passband.stack.local import stop_services
+from passband.stack.task_workers import start_task_workers
 from passband.tasks.sampling.claim import claimant
 
 # three curate smoke runs of the real model on vLLM (the in-process one shared): many minutes

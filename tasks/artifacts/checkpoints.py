@@ -25,6 +25,7 @@ from prefect.cache_policies import NONE
 
 from passband.tasks.artifacts.provenance import code_version
 from passband.tasks.artifacts.store import open_store
+from passband.tasks.host.processes import alive
 from passband.tasks.host.settings import StackSettings
 
 
@@ -48,20 +49,10 @@ def remove_orphaned_scratch(root: Path) -> list[str]:
     removed = []
     for path in sorted(root.iterdir()):
         owner = _OWNER.search(path.name)
-        if owner and not _process_exists(int(owner.group(1))):
+        if owner and not alive(int(owner.group(1))):
             shutil.rmtree(path)
             removed.append(path.name)
     return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by another user
-        return True
-    return True
 
 
 @task(name="commit-checkpoint", retries=2, retry_delay_seconds=5, cache_policy=NONE)

@@ -1,8 +1,8 @@
 """`passband up --task-workers N`: N local Prefect task workers that sample pass-rate and eval shards.
 
 Each worker is a background process we own (pid file `<home>/run/task-worker-<i>.pid`, log
-`<home>/logs/task-worker-<i>.log`) running `python -m passband.tasks.sampling.worker`, told which
-device to use: one GPU each (CUDA_VISIBLE_DEVICES) when the machine has at least N, otherwise an
+`<home>/logs/task-worker-<i>.log`, tasks/host/processes.py) running
+`python -m passband.tasks.sampling.worker`, told which device to use: one GPU each (CUDA_VISIBLE_DEVICES) when the machine has at least N, otherwise an
 equal, disjoint share of the visible CPU cores (VLLM_CPU_OMP_THREADS_BIND + OMP_NUM_THREADS), so
 two workers do not fight over the same cores. Flows use them with `sampling.workers=task_workers`
 (curate) or `shards.workers=task_workers` (evaluate).
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
+from passband.stack.local import prefect_env
+from passband.tasks.host.processes import ProcessDir
 from passband.tasks.host.settings import StackSettings
 
 NAME_PREFIX = "task-worker-"
@@ -37,8 +38,6 @@ def start_task_workers(num_workers: int, api_url: str) -> list[str]:
     import torch
     from prefect.settings import get_current_settings
 
-    from passband.flows.stack import _spawn, prefect_env
-
     settings = StackSettings.from_env()
     cores = sorted(os.sched_getaffinity(0))
     num_gpus = torch.cuda.device_count()
@@ -46,15 +45,12 @@ def start_task_workers(num_workers: int, api_url: str) -> list[str]:
     # must read and write the folder this process's flows use.
     shared = {**prefect_env(settings), "PREFECT_API_URL": api_url, "PASSBAND_HOME": str(settings.home),
               "PREFECT_LOCAL_STORAGE_PATH": str(get_current_settings().results.local_storage_path)}
+    processes = ProcessDir(settings.home)
     names = []
     for index in range(num_workers):
         name = f"{NAME_PREFIX}{index}"
-        _spawn(settings, name, [sys.executable, "-m", "passband.tasks.sampling.worker"],
-               {**shared, **device_env(index, num_workers, num_gpus, cores), "PASSBAND_WORKER_NAME": name})
+        processes.spawn(name, [sys.executable, "-m", "passband.tasks.sampling.worker"],
+                        {**shared, **device_env(index, num_workers, num_gpus, cores), "PASSBAND_WORKER_NAME": name})
         names.append(name)
     return names
 
-
-def task_worker_names(settings: StackSettings) -> list[str]:
-    """Names of the task workers with a pid file under `settings.home` (running or not)."""
-    return sorted(path.stem for path in Path(settings.home / "run").glob(f"{NAME_PREFIX}*.pid"))

@@ -14,7 +14,6 @@ system user (Debian's own service does the same).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pwd
@@ -28,9 +27,10 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict
 
-from passband.flows.stack import STARTUP_TIMEOUT_S, _terminate_group
+from passband.stack.local import STARTUP_TIMEOUT_S
+from passband.tasks.host.processes import ProcessDir
 
-INFRA = Path(__file__).resolve().parent.parent / "infra"
+INFRA = Path(__file__).resolve().parents[1]
 MLFLOW_ARTIFACTS_DESTINATION = "s3://mlflow/"
 """Where the MLflow server puts run artifacts (compose: `--artifacts-destination s3://mlflow/`)."""
 DATABASES = ("prefect", "mlflow")
@@ -74,6 +74,7 @@ class PostgresStack:
 
     def __init__(self, root: Path, ports: StackPorts = StackPorts(), env_file: Path = INFRA / "stack.env") -> None:
         self.root = root.resolve()
+        self.processes = ProcessDir(self.root)
         self.ports = StackPorts(**{name: port or _free_port() for name, port in ports.model_dump().items()})
         self.env_file = env_file
         self.settings = read_env_file(env_file)
@@ -119,7 +120,7 @@ class PostgresStack:
                      "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                      "PREFECT_UI_API_URL": f"{self.url('prefect')}/api"})
         if service == "mlflow-server":
-            # one worker: see flows/stack.py (uvicorn's supervisor kills slow-starting workers on a busy box)
+            # one worker: see infra/stack/local.py (uvicorn's supervisor kills slow-starting workers on a busy box)
             return ([str(bin_dir / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.ports.mlflow),
                      "--backend-store-uri", self.database_url("mlflow", "postgresql+psycopg"),
                      "--artifacts-destination", MLFLOW_ARTIFACTS_DESTINATION, "--workers", "1"],
@@ -148,45 +149,17 @@ class PostgresStack:
 
     def start_service(self, service: str, wait: bool = True) -> None:
         """Start one HTTP service in its own process group unless it runs; wait for its health URL."""
-        if self.pid(service) is None:
-            argv, env = self.command(service)
-            for folder in ("run", "logs"):
-                (self.root / folder).mkdir(parents=True, exist_ok=True)
-            with open(self.root / "logs" / f"{service}.log", "ab") as log:
-                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
-                                        start_new_session=True)
-            (self.root / "run" / f"{service}.pid").write_text(str(proc.pid))
+        self.processes.spawn(service, *self.command(service))
         if wait:
             self.wait_healthy(service)
 
     def wait_healthy(self, service: str, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Wait until the service's health URL answers 200; fail at once, with its log, if it exits."""
-        import urllib.error
-        import urllib.request
-
-        log = self.root / "logs" / f"{service}.log"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.pid(service) is None:
-                raise RuntimeError(f"{service} exited while starting; the end of {log}:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
-                with urllib.request.urlopen(self.health_url(service), timeout=2):
-                    return
-            time.sleep(0.5)
-        raise TimeoutError(f"{service} did not answer {self.health_url(service)} within {timeout_s:.0f}s (see {log})")
+        self.processes.wait_http(service, self.health_url(service), timeout_s)
 
     def pid(self, service: str) -> int | None:
         """The process (group) id of a running service, None when it is not running."""
-        path = self.root / "run" / f"{service}.pid"
-        if not path.is_file():
-            return None
-        pid = int(path.read_text())
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        # a killed child stays a zombie until its parent (the test) reaps it: that is not running
-        return None if _is_zombie(pid) else pid
+        return self.processes.pid(service)
 
     def kill(self, service: str) -> None:
         """SIGKILL one service's process group, as a crash would (for outage tests)."""
@@ -197,17 +170,11 @@ class PostgresStack:
         deadline = time.monotonic() + 30
         while self.pid(service) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
-        (self.root / "run" / f"{service}.pid").unlink()
+        self.processes.pid_file(service).unlink()
 
     def stop(self) -> list[str]:
         """Stop every service, PostgreSQL last; return the names stopped."""
-        stopped = []
-        for service in reversed(SERVICES):
-            pid = self.pid(service)
-            if pid is not None:
-                _terminate_group(pid)
-                stopped.append(service)
-            (self.root / "run" / f"{service}.pid").unlink(missing_ok=True)
+        stopped = [service for service in reversed(SERVICES) if self.processes.stop(service)]
         if self.postgres_running():
             self._as_postgres([str(POSTGRES_BIN / "pg_ctl"), "stop", "-D", str(self.root / "postgres"), "-m", "fast"])
             stopped.append("postgres")
@@ -286,11 +253,6 @@ class PostgresStack:
                 raise PermissionError(
                     f"PostgreSQL runs as user postgres here (it refuses root) and cannot reach {path}:"
                     f" {parent} is not world-executable (chmod o+x it, or put the stack's root elsewhere)")
-
-
-def _is_zombie(pid: int) -> bool:
-    status = Path(f"/proc/{pid}/stat")
-    return status.is_file() and status.read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def stack_root(home: Path) -> Path:
