@@ -115,8 +115,8 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
     all it was asked, e.g. RL stopped by max_iterations_this_run, or curate with every RL set empty:
     stderr and the JSON line's `message` say why); 75 the home is busy.
     """
-    from passband.flows.stack import prepare_environment, stdout_reserved_for_summary
-    from passband.tasks.lock import LockHeld, home_lock
+    from passband.stack.local import prepare_environment, stdout_reserved_for_summary
+    from passband.tasks.host.lock import LockHeld, home_lock
 
     settings = prepare_environment()
     flow_fn, config = resolve(flow_name, preset, config_file, overrides)
@@ -134,7 +134,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
             result = flow_fn(config=config)
             summary = result.model_dump()
         except Exception as err:
-            from passband.tasks.runs import failed_flow_run
+            from passband.tasks.reporting.runs import failed_flow_run
 
             summary = {"flow": flow_name, "status": "failed", "mlflow_run_id": failed_flow_run(started_ms, settings),
                        "outputs": {}, "metrics": {}, "error": f"{type(err).__name__}: {err}"}
@@ -171,7 +171,7 @@ def config_command(flow_name: str, preset: str | None, config_file: Path | None,
 def runs(limit: int, as_json: bool) -> None:
     """List the experiment's most recent MLflow runs (reads only; stages show as FLOW/STAGE)."""
     from passband.flows.runs_cmd import render_json, render_table
-    from passband.tasks.runs import recent_runs
+    from passband.tasks.reporting.runs import recent_runs
 
     rows = recent_runs(limit)
     click.echo(render_json(rows) if as_json else render_table(rows))
@@ -189,13 +189,13 @@ def up(worker: bool, task_workers: int, stack: str) -> None:
     if stack == "postgres":
         _up_postgres_stack(worker or bool(task_workers))
         return
-    from passband.flows.stack import start_services
+    from passband.stack.local import start_services
 
     urls = start_services(worker=worker)
     for name, url in urls.items():
         click.echo(f"{name}: {url}")
     if task_workers:
-        from passband.flows.task_workers import start_task_workers
+        from passband.stack.task_workers import start_task_workers
 
         for name in start_task_workers(task_workers, f"{urls['prefect']}/api"):
             click.echo(f"{name}: serving sample-shard-job")
@@ -204,9 +204,9 @@ def up(worker: bool, task_workers: int, stack: str) -> None:
 @main.command()
 def down() -> None:
     """Stop the services `passband up` started."""
-    from passband.flows.stack import stop_services
-    from passband.flows.stack_postgres import open_home_stack, stack_root
-    from passband.tasks.settings import StackSettings
+    from passband.stack.local import stop_services
+    from passband.stack.postgres import open_home_stack, stack_root
+    from passband.tasks.host.settings import StackSettings
 
     home = StackSettings.from_env().home
     stopped = stop_services()
@@ -218,8 +218,8 @@ def down() -> None:
 
 def _up_postgres_stack(with_workers: bool) -> None:
     """`passband up --stack postgres`: start the stack, print its URLs and the settings file."""
-    from passband.flows.stack_postgres import open_home_stack
-    from passband.tasks.settings import StackSettings
+    from passband.stack.postgres import open_home_stack
+    from passband.tasks.host.settings import StackSettings
 
     if with_workers:
         raise click.UsageError("--worker and --task-workers start workers for the local stack only")
@@ -233,7 +233,7 @@ def _up_postgres_stack(with_workers: bool) -> None:
 @main.command()
 def doctor() -> None:
     """Print versions, engine availability and the resolved stack settings."""
-    from passband.flows.stack import doctor_report
+    from passband.stack.local import doctor_report
 
     click.echo(doctor_report())
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from prefect import flow, get_run_logger
 
 from passband.flows.curate_config import CurateConfig
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 
 if TYPE_CHECKING:
     from passband.flows.curate_sft import Sampler
@@ -34,8 +34,8 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     from passband.curation.hygiene import clean_pool
     from passband.curation.rl_selection import rl_funnel
     from passband.flows.curate_sft import build_sft_sets, open_sampler
-    from passband.tasks import tracking
-    from passband.tasks.stage import stage_run
+    from passband.tasks.reporting import tracking
+    from passband.tasks.stages.stage import stage_run
 
     logger = get_run_logger()
     with stage_run("curate", config, parent_run_id, run_name) as run:
@@ -92,7 +92,7 @@ def _sampling_key(config: CurateConfig, n: int, top_k: int, temperature: float) 
 def _load_and_hold_out(config: CurateConfig) -> tuple[dict, dict]:
     """Per task: the generated/loaded pool split into (train, eval) before any filtering."""
     from passband.curation.holdout import generator_name, split_pool
-    from passband.tasks.data import load_problems_task
+    from passband.tasks.steps.data import load_problems_task
 
     train, evals = {}, {}
     for task_name, pool in config.pools().items():
@@ -129,7 +129,7 @@ def _pass_rates(config: CurateConfig, train: dict[str, list[dict]], student: Sam
     estimates' results (for the run's sampling totals)."""
     from passband.curation.bands import label_rows
     from passband.curation.curate_rows import attach_pass_rates
-    from passband.tasks.passrate import estimate_pass_rates
+    from passband.tasks.sampling.passrate import estimate_pass_rates
 
     logger = get_run_logger()
     verifiers, bands = config.verifiers(), config.difficulty_bands()
@@ -146,7 +146,7 @@ def _pass_rates(config: CurateConfig, train: dict[str, list[dict]], student: Sam
 
 def _sampling_totals(results: list) -> dict[str, int]:
     """Engine calls and shards reused / computed over every estimate of the run."""
-    from passband.tasks.passrate import SamplingTally
+    from passband.tasks.sampling.passrate import SamplingTally
 
     tally = SamplingTally()
     for result in results:
@@ -158,8 +158,8 @@ def _sampling_totals(results: list) -> dict[str, int]:
 def _log_pass_rate_plots(config: CurateConfig, train: dict, run_id: str) -> None:
     """One pass-rate histogram PNG per task."""
     from passband.curation.bands import pass_rate_histogram
-    from passband.tasks import tracking
-    from passband.tasks.plots import pass_rate_histogram_figure
+    from passband.tasks.reporting import tracking
+    from passband.tasks.reporting.plots import pass_rate_histogram_figure
 
     rows = [row for task_rows in train.values() for row in task_rows]
     for task_name, entry in pass_rate_histogram(rows, bins=config.histogram_bins).items():
@@ -185,7 +185,7 @@ def _report_rl_funnel(rl_sets: dict[str, list[dict]], empty_bands: list, funnel:
     """Log and publish which stage removed what per task; warn for each task with an empty band.
     Returns why the run is partial (every RL set is empty), else None."""
     from passband.curation.rl_selection import funnel_markdown
-    from passband.tasks.stage import publish_markdown
+    from passband.tasks.reporting.prefect_artifacts import publish_markdown
 
     logger = get_run_logger()
     table = funnel_markdown(funnel)
@@ -205,8 +205,8 @@ def _report_rl_funnel(rl_sets: dict[str, list[dict]], empty_bands: list, funnel:
 def _commit(rows: list[dict], name: str, context: str, run: Any) -> str:
     """Problem rows as a versioned Parquet artifact (an RL set typed even when empty), logged to MLflow."""
     from passband.curation.curate_rows import problems_table
-    from passband.tasks import tracking
-    from passband.tasks.datasets import commit_table
+    from passband.tasks.reporting import tracking
+    from passband.tasks.artifacts.datasets import commit_table
 
     table = problems_table(rows, rl_columns=context == "training")
     # the producing run in the manifest: RL names it when this set is empty
@@ -219,8 +219,8 @@ def _commit(rows: list[dict], name: str, context: str, run: Any) -> str:
 def _commit_sft(rows: list[dict], name: str, run: Any) -> str:
     """SFT rows in their fixed schema as a versioned Parquet artifact, logged to MLflow."""
     from passband.curation.curate_rows import sft_table
-    from passband.tasks import tracking
-    from passband.tasks.datasets import commit_table
+    from passband.tasks.reporting import tracking
+    from passband.tasks.artifacts.datasets import commit_table
 
     table = sft_table(rows)
     uri = commit_table(table, f"datasets/curate/{run.run_id}/{name}", "curate", run.resolved)
@@ -230,8 +230,8 @@ def _commit_sft(rows: list[dict], name: str, run: Any) -> str:
 
 def _commit_removed(removed: list[dict], run: Any) -> str:
     from passband.curation.curate_rows import removed_table
-    from passband.tasks import tracking
-    from passband.tasks.datasets import commit_table
+    from passband.tasks.reporting import tracking
+    from passband.tasks.artifacts.datasets import commit_table
 
     table = removed_table(removed)
     uri = commit_table(table, f"datasets/curate/{run.run_id}/removed", "curate", run.resolved)

@@ -15,7 +15,7 @@ from passband.curation.catalog import TaskName, VerifierSettings
 from passband.curation.hygiene import HygieneConfig
 from passband.flows.common_config import EngineConfig, ProblemSource
 from passband.flows.config import Config
-from passband.tasks.shard_dispatch import SamplingWorkersConfig
+from passband.tasks.sampling.dispatch import SamplingWorkersConfig
 
 
 class TaskPool(Config):

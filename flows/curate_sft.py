@@ -35,8 +35,9 @@ class Sampler:
 
 def open_sampler(config: CurateConfig, model_ref: str) -> Sampler:
     """The Sampler of `model_ref` (the student or the teacher) on the flow's engine settings."""
-    from passband.tasks.model import resolve_model
-    from passband.tasks.passrate import LazyEngine, checkpoint_id
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.sampling.engine import LazyEngine
+    from passband.tasks.sampling.keys import checkpoint_id
     from passband.training.model_source import load_tokenizer
 
     model_dir = resolve_model(model_ref)
@@ -117,7 +118,7 @@ def _rollout_traces(config: CurateConfig, task_name: str, rows: list[dict], samp
     if config.sft.selection_n is not None:
         # The recipe's SFT rule counts passes out of its own n (16), independent of the band
         # estimate's n (5): a separate draw, sharded and reused like the pass rates.
-        from passband.tasks.passrate import estimate_pass_rates
+        from passband.tasks.sampling.passrate import estimate_pass_rates
 
         result = estimate_pass_rates(rows, student.engine, student.tokenizer, student.checkpoint,
                                      {**sampling, "n": config.sft.selection_n, "top_k": 1}, config.verifiers(),
@@ -150,7 +151,7 @@ def _teacher_traces(config: CurateConfig, problems: list[dict], origin: str, tea
     from passband.curation.bands import label_rows
     from passband.curation.curate_rows import attach_pass_rates, removed_record, sft_row
     from passband.curation.sft_select import verified_attempts
-    from passband.tasks.passrate import estimate_pass_rates
+    from passband.tasks.sampling.passrate import estimate_pass_rates
 
     if not problems:
         return SFTSets()
@@ -181,7 +182,7 @@ def _synthetic_queries(config: CurateConfig, task_name: str, train: dict, eval_r
     (the queries in `stage2`, not yet traces: the teacher answers them)."""
     from passband.curation.curate_rows import removed_record
     from passband.curation.synthetic import filter_queries, frame_queries
-    from passband.tasks.data import load_problems_task
+    from passband.tasks.steps.data import load_problems_task
 
     source = config.tasks[task_name].source
     if source.path is not None or config.synthetic.num_queries == 0:
@@ -210,7 +211,7 @@ def _perplexity(config: CurateConfig, model_dir: str, sets: SFTSets) -> SFTSets:
     """The student's perplexity on every kept trace; traces above the cap are removed."""
     from passband.curation.curate_rows import removed_record
     from passband.curation.sft_select import perplexity_cap
-    from passband.tasks.trace_perplexity import trace_perplexities
+    from passband.tasks.steps.trace_perplexity import trace_perplexities
 
     rows = sets.stage1 + sets.stage2
     values = trace_perplexities(model_dir, [row["prompt"] for row in rows], [row["completion"] for row in rows],

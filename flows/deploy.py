@@ -39,7 +39,7 @@ class Deployment:
 
 def register_deployments(prefect_file: Path | None = None) -> list[str]:
     """Create missing work pools, then create or update every deployment; return `flow/name`s."""
-    from passband.flows.stack import prepare_environment
+    from passband.stack.local import prepare_environment
 
     prepare_environment()
     # the process pool's pull step runs flows from this checkout unless the user points elsewhere

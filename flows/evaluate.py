@@ -13,9 +13,9 @@ from prefect import flow
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.curation.catalog import VerifierSettings
 from passband.flows.config import Config
-from passband.tasks.eval_shards import EvalShardsConfig
+from passband.tasks.sampling.eval_shards import EvalShardsConfig
 from passband.training.evaluation.k_curve import KCurveConfig
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 
 if TYPE_CHECKING:
     from passband.training.evaluation.evaluate import Evaluation
@@ -69,7 +69,7 @@ class EvaluateConfig(Config):
     """Where the samples are drawn: `workers: local` (default), one evaluate call on the flow's own
     engine; `workers: task_workers`, shards of `shard_size` problems on Prefect task workers
     (`passband up --task-workers N`), each committed to the artifact store and reused by a later
-    evaluation that would draw the same samples (tasks/eval_shards.py)."""
+    evaluation that would draw the same samples (tasks/sampling/eval_shards.py)."""
     k_curve: KCurveConfig | None = None
     """Sharpening or expansion: pass@k for k = 1, 2, 4, ..., n on the first `problems` problems of
     every set with `n` samples each, for the model and the baseline (same problems and seeds), with
@@ -107,10 +107,10 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
     """Model (+ baseline) on the eval sets -> metrics, `report` and `samples` tables, pass@k plot."""
     from prefect.logging import get_run_logger
 
-    from passband.tasks import tracking
-    from passband.tasks.evaluation import commit_evaluation, eval_sets_from, perplexities_on_samples
-    from passband.tasks.model import resolve_model
-    from passband.tasks.stage import stage_run
+    from passband.tasks.reporting import tracking
+    from passband.tasks.steps.evaluation import commit_evaluation, eval_sets_from, perplexities_on_samples
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.stages.stage import stage_run
     from passband.training.engines.keeper import ENGINES
     from passband.training.evaluation.k_curve import k_curve_subset
     from passband.training.evaluation.metrics import baseline_metrics, evaluation_metrics, k_curve_comparison
@@ -161,7 +161,7 @@ def _baseline(config: EvaluateConfig, baseline_dir: str, eval_sets: dict[str, li
     `baseline_samples` names them, else sampled here like the model's."""
     from prefect.logging import get_run_logger
 
-    from passband.tasks.evaluation import earlier_model_rows
+    from passband.tasks.steps.evaluation import earlier_model_rows
     from passband.training.evaluation.evaluate import evaluation_of
 
     if config.baseline_samples is None:
@@ -199,8 +199,8 @@ def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict
               sampling: SamplingConfig) -> Evaluation:
     """`sets` evaluated on the kept engine with `model_dir`'s weights (`local`), or in shards on the
     task workers; the same rows either way."""
-    from passband.tasks.eval_shards import evaluate_on_task_workers
-    from passband.tasks.evaluation import run_evaluation
+    from passband.tasks.sampling.eval_shards import evaluate_on_task_workers
+    from passband.tasks.steps.evaluation import run_evaluation
     from passband.training.engines.keeper import ENGINES
 
     if config.shards.workers == "task_workers":

@@ -4,12 +4,12 @@ SFT checkpoint -> multi-task RL -> evaluate base, SFT and RL side by side -> reg
 Stages hand each other artifact URIs. A stage's config may name another stage's output as
 `@<stage>.<output>` (e.g. `@curate.sft_stage1`, `@recurate.rl_math`, `@curate.eval_math`), in
 values and in mapping keys; the pipeline substitutes the URI before the stage runs. Every stage
-caches itself by its resolved config (URIs included) and the code version (tasks/cache.py), so a
+caches itself by its resolved config (URIs included) and the code version (tasks/stages/cache.py), so a
 rerun after a crash, or with one RL setting changed, recomputes only what changed downstream.
 
 Stages run in this process (as subflows) unless `placement` names a work pool for them: then each
 such stage is a flow run of its deployment on that pool, which the pipeline waits for and whose
-summary it reads (tasks/placement.py); the URIs it hands on are the same either way.
+summary it reads (tasks/stages/placement.py); the URIs it hands on are the same either way.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from passband.flows.curate import CurateConfig
 from passband.flows.evaluate import EvaluateConfig
 from passband.flows.rl_config import RLConfig
 from passband.flows.sft import SFTConfig
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 from passband.training.evaluation.claims import ClaimsConfig
 
 # What `placement` can place; `evaluate` covers the three evaluations (base, SFT, RL).
@@ -118,7 +118,7 @@ def run_stage(flow_fn: Any, pool: str | None, config: Config, parent_run_id: str
     named = {} if run_name is None else {"run_name": run_name}
     if pool is None:
         return flow_fn(config, parent_run_id, **named)
-    from passband.tasks.placement import run_on_pool
+    from passband.tasks.stages.placement import run_on_pool
 
     parameters = {"config": config.model_dump(mode="json"), "parent_run_id": parent_run_id, **named}
     return run_on_pool(flow_fn.name, pool, parameters, run_name or flow_fn.name)
@@ -171,8 +171,8 @@ def _evaluate_checkpoints(config: PipelineConfig, outputs: dict[str, dict[str, s
 def _register(config: PipelineConfig, run: Any, best: str, checkpoint: str, best_run: RunSummary,
               selection_value: float, outputs: dict[str, dict[str, str]]) -> str:
     """The best checkpoint in the MLflow model registry with its lineage; returns its version."""
-    from passband.tasks.provenance import code_version, config_hash
-    from passband.tasks.registry import register_checkpoint
+    from passband.tasks.artifacts.provenance import code_version, config_hash
+    from passband.tasks.reporting.registry import register_checkpoint
 
     lineage = {"checkpoint_uri": checkpoint, "stage": best, "pipeline_run_id": run.run_id,
                "config_hash": config_hash(run.resolved), "code_version": code_version(), **_lineage(outputs),
@@ -190,8 +190,9 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     from passband.flows.curate import curate
     from passband.flows.rl import rl
     from passband.flows.sft import sft
-    from passband.tasks import tracking
-    from passband.tasks.stage import publish_markdown, publish_table, stage_run
+    from passband.tasks.reporting import tracking
+    from passband.tasks.reporting.prefect_artifacts import publish_markdown, publish_table
+    from passband.tasks.stages.stage import stage_run
     from passband.training.evaluation.k_curve import k_curve_entries
     from passband.training.evaluation.results import (best_checkpoint, mean_score, pass_at_1_table,
                                                       results_markdown, table_rows)

@@ -21,11 +21,11 @@ from prefect import flow
 
 from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig
 from passband.flows.rl_loop import Checkpointer, EarlyStop, Evaluator, iteration_line, run_iteration, schedule_of
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 from passband.training.engines import EngineConfig
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
-    from passband.tasks.stage import StageRun
+    from passband.tasks.stages.stage import StageRun
     from passband.training.rl.trainer import RLState
 
 __all__ = ["RLConfig", "RLEvalConfig", "RewardConfig", "rl"]
@@ -36,10 +36,10 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     """Multi-task RL; outputs the final `checkpoint` and the `best_checkpoint` by eval.best_metric."""
     from prefect.logging import get_run_logger
 
-    from passband.tasks.checkpoints import scratch_dir
-    from passband.tasks.progress import Progress
-    from passband.tasks.rl import checkpoint_uri
-    from passband.tasks.stage import stage_run
+    from passband.tasks.artifacts.checkpoints import scratch_dir
+    from passband.tasks.reporting.progress import Progress
+    from passband.tasks.steps.rl import checkpoint_uri
+    from passband.tasks.stages.stage import stage_run
 
     logger = get_run_logger()
     started = time.perf_counter()
@@ -83,11 +83,11 @@ def _load_data(config: RLConfig, run_id: str, logger: Any) -> tuple[str, dict[st
     """(model dir, eval sets, training problems per task): training rows that ask a held-out
     question are dropped; an empty dataset is left out with a warning."""
     from passband.curation.hygiene import held_out_keys
-    from passband.tasks import tracking
-    from passband.tasks.datasets import read_table
-    from passband.tasks.evaluation import eval_sets_from
-    from passband.tasks.model import resolve_model
-    from passband.tasks.rl import load_rl_problems
+    from passband.tasks.reporting import tracking
+    from passband.tasks.artifacts.datasets import read_table
+    from passband.tasks.steps.evaluation import eval_sets_from
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.steps.rl import load_rl_problems
 
     model_dir = resolve_model(config.model)
     eval_sets: dict[str, list[dict]] = {}
@@ -109,8 +109,8 @@ def _open_trainer_and_engine(config: RLConfig, run_key: str, model_dir: str, pro
                              logger: Any) -> tuple[Any, Any]:
     """The trainer, resumed from this config's newest checkpoint when `resume`, and the rollout
     engine on its weights."""
-    from passband.tasks.rl import checkpoint_uri, last_checkpoint_iteration, open_rl_trainer
-    from passband.tasks.rollout import open_engine
+    from passband.tasks.steps.rl import checkpoint_uri, last_checkpoint_iteration, open_rl_trainer
+    from passband.tasks.steps.rollout import open_engine
 
     last = last_checkpoint_iteration(run_key, config.num_iterations) if config.resume else None
     trainer = open_rl_trainer(model_dir, sorted(problems), config.algo, checkpoint_uri(run_key, last) if last else None)
@@ -123,7 +123,7 @@ def _open_trainer_and_engine(config: RLConfig, run_key: str, model_dir: str, pro
 def _record(state: RLState, metrics: dict[str, float], iteration: int, run_id: str) -> None:
     """The iteration's metrics into the run's summary and MLflow (eval/after series are logged by
     the evaluation itself)."""
-    from passband.tasks import tracking
+    from passband.tasks.reporting import tracking
 
     state.metrics |= metrics
     tracking.log_metrics({k: v for k, v in metrics.items() if not k.startswith(("eval/", "after/"))},
@@ -134,10 +134,10 @@ def _finish(config: RLConfig, run: StageRun, state: RLState, tasks: list[str], w
             logger: Any) -> RunSummary:
     """The run's summary: `checkpoint` (final) and `best_checkpoint` (registered in MLflow), or a
     `partial` status when max_iterations_this_run stopped it before the end."""
-    from passband.tasks import tracking
-    from passband.tasks.plots import entropy_ceiling_figure
-    from passband.tasks.registry import log_model
-    from passband.tasks.rl import checkpoint_uri
+    from passband.tasks.reporting import tracking
+    from passband.tasks.reporting.plots import entropy_ceiling_figure
+    from passband.tasks.reporting.registry import log_model
+    from passband.tasks.steps.rl import checkpoint_uri
 
     if len(state.entropy_reward) >= 3:
         tracking.log_figure(entropy_ceiling_figure(state.entropy_reward), "plots/entropy_ceiling.png", run.run_id)

@@ -36,9 +36,9 @@ def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
     metrics. Advances trainer.state's iteration and prompt cursor."""
     import torch
 
-    from passband.tasks.memory import PhasePeaks, resident_gb
-    from passband.tasks.rl import push_weights, score_rollouts
-    from passband.tasks.rollout import generate, rollout_stats
+    from passband.tasks.host.memory import PhasePeaks, resident_gb
+    from passband.tasks.steps.rl import push_weights, score_rollouts
+    from passband.tasks.steps.rollout import generate, rollout_stats
     from passband.training.chat import render_prompt
     from passband.training.rl.batching import build_rollout_batch
     from passband.training.rl.prompt_cursor import draw_prompts
@@ -131,7 +131,7 @@ class Evaluator:
         return metrics
 
     def _headline(self, label: str, step: int) -> dict[str, float]:
-        from passband.tasks.evaluation import log_evaluation, run_evaluation
+        from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
 
         evaluation = run_evaluation(self.engine, self.eval_sets, self.config.eval.sampling,
                                     self.config.reward.verifiers, self.model_dir, self.config.system_prompt)
@@ -156,7 +156,7 @@ class Checkpointer:
         return self.schedule.should_save(iteration, self.done_before_run, stopped_early)
 
     def save(self) -> dict[str, float]:
-        from passband.tasks.rl import save_rl_checkpoint
+        from passband.tasks.steps.rl import save_rl_checkpoint
 
         start = time.perf_counter()
         save_rl_checkpoint(self.trainer, self.run_key, self.resolved)

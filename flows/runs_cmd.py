@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from datetime import datetime
 
-from passband.tasks.runs import RunRow
+from passband.tasks.reporting.runs import RunRow
 
 COLUMNS = ("status", "name", "started", "duration", "metrics", "mlflow_run_id")
 

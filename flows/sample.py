@@ -7,7 +7,7 @@ from prefect import flow
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 
 
 class SampleConfig(Config):
@@ -30,12 +30,12 @@ class SampleConfig(Config):
 @flow(name="sample", flow_run_name="sample")
 def sample(config: SampleConfig = SampleConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Prompts -> n rollouts each -> `samples` Parquet artifact; logs tokens/s, lengths, vllm_kl."""
-    from passband.tasks import tracking
-    from passband.tasks.data import load_problems_task
-    from passband.tasks.datasets import commit_table
-    from passband.tasks.model import resolve_model
-    from passband.tasks.rollout import generate, measure_vllm_kl, open_engine, rollout_stats, samples_table
-    from passband.tasks.stage import stage_run
+    from passband.tasks.artifacts.datasets import commit_table
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.reporting import tracking
+    from passband.tasks.stages.stage import stage_run
+    from passband.tasks.steps.data import load_problems_task
+    from passband.tasks.steps.rollout import generate, measure_vllm_kl, open_engine, rollout_stats, samples_table
     from passband.training.chat import render_prompt
     from passband.training.model_source import load_tokenizer
 

@@ -3,7 +3,7 @@
 Per stage: load its datasets (curated artifacts, local chat files, or built-in worked math),
 mix by weight and band, drop eval prompts, chat-encode with the rollout template, train with
 packing and the chunked loss (training.sft.loop), committing checkpoints manifest-last. A rerun
-skips completed stages and continues a broken one from its last checkpoint (tasks/sft.py). With
+skips completed stages and continues a broken one from its last checkpoint (tasks/steps/sft.py). With
 `eval` set, the held-out sets are scored before the first and after the last stage.
 """
 
@@ -20,7 +20,7 @@ from passband.flows.common_config import EngineConfig, ProblemSource, SamplingCo
 from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.math_suite import AnswerFormat
 from passband.flows.config import Config
-from passband.tasks.summary import RunSummary
+from passband.tasks.stages.summary import RunSummary
 from passband.training.sft.config import DistributedConfig, StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -100,7 +100,7 @@ class SFTConfig(Config):
     stage's sets here, so SFT never trains on the final table's problems."""
     distributed: DistributedConfig = DistributedConfig()
     """Ranks per stage: nproc_per_node > 1 runs each stage's loop under torchrun (FSDP2), launched by
-    this flow, which keeps the MLflow logging and the checkpoint commits (tasks/sft_torchrun.py)."""
+    this flow, which keeps the MLflow logging and the checkpoint commits (tasks/steps/sft_torchrun.py)."""
     resume: bool = True
     """Skip stages whose final checkpoint exists and continue a stage from its newest checkpoint;
     false retrains every stage from its start (replacing its checkpoints)."""
@@ -120,9 +120,9 @@ class SFTConfig(Config):
 
 def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> dict[str, str]:
     """Each dataset name the stages use -> the URI or path its rows are read from."""
-    from passband.tasks import tracking
-    from passband.tasks.datasets import read_table
-    from passband.tasks.sft_data import commit_worked_math
+    from passband.tasks.reporting import tracking
+    from passband.tasks.artifacts.datasets import read_table
+    from passband.tasks.steps.sft_data import commit_worked_math
 
     refs: dict[str, str] = {}
     for name in dict.fromkeys(name for stage in config.stages for name in stage.datasets):
@@ -137,7 +137,7 @@ def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> di
 
 def _held_out_prompts(config: SFTConfig, eval_sets: dict[str, list[dict]], run_id: str) -> list[str]:
     """The prompts no training row may ask: the eval sets' and those of `held_out` (URIs and sources)."""
-    from passband.tasks.evaluation import eval_sets_from
+    from passband.tasks.steps.evaluation import eval_sets_from
 
     prompts = [row["prompt"] for rows in eval_sets.values() for row in rows]
     if config.held_out:
@@ -152,9 +152,9 @@ def _held_out_prompts(config: SFTConfig, eval_sets: dict[str, list[dict]], run_i
 def _train_stage(config: SFTConfig, stage: StageConfig, refs: dict[str, str], tokenizer: Any, eval_prompts: list[str],
                  start_from: str, start_dir: str, step_offset: int, run_id: str) -> Any:
     """One stage from `start_from` (in local dir `start_dir`): its examples without held-out prompts,
-    its cache key, its training or resumption (tasks/sft.py); returns the StageOutcome."""
-    from passband.tasks.sft import sft_stage_key, train_sft_stage
-    from passband.tasks.sft_data import stage_examples
+    its cache key, its training or resumption (tasks/steps/sft.py); returns the StageOutcome."""
+    from passband.tasks.steps.sft import sft_stage_key, train_sft_stage
+    from passband.tasks.steps.sft_data import stage_examples
     from passband.training.sft.loop import data_fingerprint
 
     stage_refs = {name: refs[name] for name in stage.datasets}
@@ -168,8 +168,8 @@ def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: st
               run_id: str) -> dict[str, float]:
     """Score `model_dir` on the eval sets with an engine opened for it; log everything under
     `prefix/`, return the headline (`before/math/pass@1`, `before/mean/pass@1`, ...)."""
-    from passband.tasks.evaluation import log_evaluation, run_evaluation
-    from passband.tasks.rollout import open_engine
+    from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
+    from passband.tasks.steps.rollout import open_engine
 
     engine = open_engine(config.engine, model_dir)
     evaluation = run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir)
@@ -192,11 +192,11 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
     """Train the stages in order; outputs every stage's final checkpoint, the last as `checkpoint`."""
     from prefect.logging import get_run_logger
 
-    from passband.tasks import tracking
-    from passband.tasks.evaluation import eval_sets_from
-    from passband.tasks.model import resolve_model
-    from passband.tasks.registry import log_model
-    from passband.tasks.stage import stage_run
+    from passband.tasks.reporting import tracking
+    from passband.tasks.steps.evaluation import eval_sets_from
+    from passband.tasks.artifacts.model import resolve_model
+    from passband.tasks.reporting.registry import log_model
+    from passband.tasks.stages.stage import stage_run
     from passband.training.model_source import load_tokenizer
     from passband.training.sft.run_metrics import stage_metrics, throughput_metrics
 

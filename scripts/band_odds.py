@@ -30,7 +30,7 @@ def main() -> None:
     from passband.curation.suites.rows import table_to_rows
     from passband.flows.config import resolve_config
     from passband.flows.curate import CurateConfig, curate
-    from passband.tasks.datasets import read_table
+    from passband.tasks.artifacts.datasets import read_table
 
     preset = resolve_config(CurateConfig, "curate", args.preset)
     opened = [f"tasks.{name}.band='[0, 1]'" for name in preset.pools()]

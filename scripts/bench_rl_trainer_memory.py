@@ -47,7 +47,7 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
     import torch
 
     stages = {"python + torch": rss_gb()}
-    from passband.tasks.memory import PhasePeaks, high_water_mark_gb
+    from passband.tasks.host.memory import PhasePeaks, high_water_mark_gb
     from passband.training.heap import trim_heap
     from passband.training.rl import update
     from passband.training.rl.batching import RolloutBatch
@@ -92,7 +92,7 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
             seconds.append(time.perf_counter() - start)
             stages[f"after update {len(seconds)}"] = rss_gb()
         save = in_phase(phases, "weight-sync save", trainer.model.save_pretrained)
-        with tempfile.TemporaryDirectory() as scratch:  # the weight sync's save (tasks/rl.py: push_weights)
+        with tempfile.TemporaryDirectory() as scratch:  # the weight sync's save (tasks/steps/rl.py: push_weights)
             save(Path(scratch) / "weights")
         stages["after weight-sync save"] = rss_gb()
         trim_heap()  # what is left is what the process holds: the rest was freed heap kept by malloc

@@ -204,7 +204,7 @@ def run_passband(args: argparse.Namespace, model_dir: Path, work: Path) -> Resul
     parts = {name: history(f"seconds/{name}") for name in ("rollout", "training", "weight_sync")}
     parts["vllm_kl"] = history("vllm_kl")
     # when the flow's process (trainer, and the engine when in_process) peaks: its own high-water
-    # mark per phase of each iteration (tasks/memory.py)
+    # mark per phase of each iteration (tasks/host/memory.py)
     parts |= {f"GB peak, {phase}": history(f"memory/{phase}_peak_gb") for phase in ("rollout", "training", "weight_sync")}
     parts |= {f"GB resident after the sync, {kind}": history(f"memory/resident_{kind}_gb") for kind in ("anon", "file", "shmem")}
     # The idle engine's CPU while the trainer runs: the metrics of an iteration are logged right

@@ -44,7 +44,7 @@ def timed_evaluate(model_dir: Path, args: argparse.Namespace, workers: str, seed
     """(wall seconds, problems sampled, per-sample rows) of one evaluate run in the current PASSBAND_HOME."""
     from passband.flows.config import resolve_config
     from passband.flows.evaluate import EvaluateConfig, evaluate
-    from passband.tasks.datasets import read_table
+    from passband.tasks.artifacts.datasets import read_table
 
     config = resolve_config(EvaluateConfig, "evaluate", args.preset, None,
                             [f"model={model_dir}", "baseline=null", "k_curve=null", f"sampling.n={args.n}",
@@ -69,8 +69,8 @@ def main() -> None:
     os.environ["PREFECT_LOCAL_STORAGE_PATH"] = tempfile.mkdtemp(prefix="bench-prefect-storage-")
     from prefect.testing.utilities import prefect_test_harness
 
-    from passband.flows.stack import stop_services
-    from passband.flows.task_workers import start_task_workers
+    from passband.stack.local import stop_services
+    from passband.stack.task_workers import start_task_workers
     from passband.training.model_source import gguf_to_safetensors, smollm2_gguf_path
 
     model_dir = gguf_to_safetensors(smollm2_gguf_path(), Path(tempfile.mkdtemp(prefix="bench-model-")))

@@ -30,7 +30,7 @@ def main() -> None:
 
     from passband.flows.config import resolve_config
     from passband.flows.rl import RLConfig, rl
-    from passband.tasks import tracking
+    from passband.tasks.reporting import tracking
 
     rows = []
     for label, (low, high) in CLIPS.items():

@@ -103,9 +103,9 @@ import sys
 
 import mlflow
 
-from passband.tasks import tracking
-from passband.tasks.checkpoints import commit_checkpoint
-from passband.tasks.registry import log_model, register_checkpoint
+from passband.tasks.artifacts.checkpoints import commit_checkpoint
+from passband.tasks.reporting import tracking
+from passband.tasks.reporting.registry import log_model, register_checkpoint
 
 model_dir, run_id = sys.argv[1], sys.argv[2]
 tracking.configure()

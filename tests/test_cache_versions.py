@@ -6,8 +6,8 @@ import importlib.metadata
 
 import pytest
 
-from passband.tasks import provenance
-from passband.tasks.cache import stage_key
+from passband.tasks.artifacts import provenance
+from passband.tasks.stages.cache import stage_key
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from passband.flows.cli import main
-from passband.tasks import tracking
+from passband.tasks.reporting import tracking
 
 BIN = Path(sys.executable).parent / "passband"
 

@@ -92,8 +92,8 @@ def test_split_into_shards_keeps_order():
 def test_checkpoint_id_hashes_the_model_files_not_the_resume_state(tmp_path):
     """Two runs that train bit-identical weights save different RNG states (rng.pt): committed
     under two homes, their checkpoints get one content hash; a different weight file does not."""
-    from passband.tasks.passrate import checkpoint_id
-    from passband.tasks.store import open_store
+    from passband.tasks.artifacts.store import open_store
+    from passband.tasks.sampling.keys import checkpoint_id
 
     def checkpoint(folder, rng: bytes, weights: bytes = b"w" * 64) -> Path:
         folder.mkdir(parents=True)

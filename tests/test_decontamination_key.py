@@ -7,7 +7,7 @@ from __future__ import annotations
 from passband.curation.hygiene import asks_held_out, decontaminate, held_out_keys
 from passband.curation.suites.math_suite import generate_math
 from passband.curation.suites.source import ProblemSource
-from passband.tasks.rl import load_rl_problems
+from passband.tasks.steps.rl import load_rl_problems
 
 BOXED = " Put the final answer in \\boxed{}."
 PLAIN = " Answer with just the number."

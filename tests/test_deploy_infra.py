@@ -1,5 +1,5 @@
 """The infra files agree with each other and with the code: compose services, healthchecks and
-buckets, the env wiring of stack.env (read through tasks/settings.py), the deployments of every
+buckets, the env wiring of stack.env (read through tasks/host/settings.py), the deployments of every
 flow, and the GPU job template. No Docker engine here: the compose file is parsed, not run."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from passband.flows.cli import FLOWS
-from passband.tasks.settings import StackSettings
+from passband.tasks.host.settings import StackSettings
 
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 
@@ -107,7 +107,7 @@ def test_every_flow_has_a_demo_deployment_on_the_process_pool_and_a_gpu_one_on_t
         entrypoint = f"{module.removeprefix('passband.').replace('.', '/')}.py:{fn}"
         expected |= {(entrypoint, "passband-process", "demo"), (entrypoint, "passband-gpu", "gpu")}
     assert placed == expected
-    # a pipeline stage placed on a pool needs exactly one deployment of its flow there (tasks/placement.py)
+    # a pipeline stage placed on a pool needs exactly one deployment of its flow there (tasks/stages/placement.py)
     assert len(spec["deployments"]) == len(placed)
     (pipeline,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/pipeline.py:pipeline" and d["name"] == "demo"]
     assert pipeline["schedules"] == [{"cron": "0 3 * * 1", "timezone": "UTC", "active": False}]

@@ -8,13 +8,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Set by passband itself for the processes it starts, never by a user.
 INTERNAL = {
-    "PASSBAND_MLFLOW_UI_URL",       # flows/stack.py: the UI `passband up` serves, for run links
-    "PASSBAND_WORKER_NAME",         # flows/task_workers.py: names each task worker it starts
+    "PASSBAND_MLFLOW_UI_URL",       # infra/stack/local.py: the UI `passband up` serves, for run links
+    "PASSBAND_WORKER_NAME",         # infra/stack/task_workers.py: names each task worker it starts
 }
 
 
 def test_settings_table_lists_every_variable_the_code_reads() -> None:
-    read = {name for folder in ("flows", "tasks", "training", "curation") for path in (ROOT / folder).rglob("*.py")
+    read = {name for folder in ("flows", "tasks", "training", "curation", "infra/stack") for path in (ROOT / folder).rglob("*.py")
             for name in re.findall(r"\"(PASSBAND_[A-Z_]+)\"", path.read_text())}
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Settings (environment)"):readme.index("## Troubleshooting")]

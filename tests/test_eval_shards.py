@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from passband.curation.catalog import VerifierSettings
-from passband.tasks.eval_shards import EvalShardsConfig, eval_shard_jobs, evaluate_on_task_workers
+from passband.tasks.sampling.eval_shards import EvalShardsConfig, eval_shard_jobs, evaluate_on_task_workers
 from passband.training.engines import EngineConfig, SamplingConfig
 from passband.training.evaluation.evaluate import evaluation_of
 from passband.training.evaluation.shards import cut_eval_sets
@@ -64,13 +64,13 @@ def test_committed_shards_are_read_back_in_order_without_any_worker(tmp_path, mo
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
-    from passband.tasks.eval_shard_job import commit_eval_shard
+    from passband.tasks.sampling.eval_job import commit_eval_shard
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
-    from passband.tasks.passrate import checkpoint_id
+    from passband.tasks.sampling.keys import checkpoint_id
 
     jobs = eval_shard_jobs(SETS, str(model_dir), checkpoint_id(str(model_dir), str(model_dir)), EngineConfig(),
                            SamplingConfig(n=2), VerifierSettings(), None, 3)

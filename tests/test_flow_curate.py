@@ -13,8 +13,10 @@ from prefect.testing.utilities import prefect_test_harness
 
 from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.source import load_problems
-from passband.tasks.datasets import read_table
-from passband.tasks.passrate import LazyEngine, checkpoint_id, estimate_pass_rates
+from passband.tasks.artifacts.datasets import read_table
+from passband.tasks.sampling.engine import LazyEngine
+from passband.tasks.sampling.keys import checkpoint_id
+from passband.tasks.sampling.passrate import estimate_pass_rates
 from passband.training.engines import EngineConfig
 
 SAMPLING = {"n": 2, "top_k": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 12, "stop": [], "seed": 0,

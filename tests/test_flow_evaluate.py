@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.rows import rows_to_table
 from passband.flows.common_config import ProblemSource
 from passband.flows.evaluate import EvaluateConfig
-from passband.curation.catalog import VerifierSettings
-from passband.tasks.evaluation import eval_sets_from
+from passband.tasks.steps.evaluation import eval_sets_from
 from passband.training.engines import EngineConfig, SamplingConfig, open_engine
 from passband.training.evaluation.evaluate import evaluate, evaluation_of
 from passband.training.model_source import load_tokenizer
@@ -112,7 +112,7 @@ def test_report_agrees_with_rows_counted_by_hand(evaluated) -> None:
 
 
 def test_eval_sets_from_datasets_and_suites(harness, tmp_path, monkeypatch) -> None:
-    from passband.tasks.datasets import commit_table
+    from passband.tasks.artifacts.datasets import commit_table
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     code_rows = [
@@ -135,8 +135,8 @@ def test_baseline_samples_are_reused_only_when_they_cover_the_eval_sets(evaluate
     refused, naming the problem."""
     import pyarrow as pa
 
-    from passband.tasks.datasets import commit_table
-    from passband.tasks.evaluation import earlier_model_rows
+    from passband.tasks.artifacts.datasets import commit_table
+    from passband.tasks.steps.evaluation import earlier_model_rows
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     _, rows = evaluated
@@ -191,8 +191,8 @@ def test_smoke_preset_through_the_cli(tmp_path: Path) -> None:
         assert f"{name}/sampling_efficiency_gap@2" in metrics and f"baseline/{name}/pass@1" in metrics
     assert metrics["base_ppl"] > 1.0 and metrics["baseline/ppl_own"] > 1.0
 
-    from passband.tasks.store import fetch_artifact
-    from passband.tasks.settings import StackSettings
+    from passband.tasks.artifacts.store import fetch_artifact
+    from passband.tasks.host.settings import StackSettings
 
     settings = StackSettings.from_env({"PASSBAND_HOME": str(tmp_path / "home")})
     report = pq.read_table(fetch_artifact(summary["outputs"]["report"], settings=settings) / "data.parquet").to_pylist()

@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 from prefect.testing.utilities import prefect_test_harness
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 
-import passband.tasks.cache
+import passband.tasks.stages.cache
 from passband.flows.pipeline import PipelineConfig, _sft_held_out, bind_refs, pipeline
 from passband.training.engines.hf_engine import HFEngine
 
@@ -79,8 +79,8 @@ def test_pipeline_caches_every_stage(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PASSBAND_EXPERIMENT", "test-pipeline")
 
     completed: list[str] = []  # flow name of every stage that computed and saved its summary
-    save = passband.tasks.cache.save_summary
-    monkeypatch.setattr(passband.tasks.cache, "save_summary",
+    save = passband.tasks.stages.cache.save_summary
+    monkeypatch.setattr(passband.tasks.stages.cache, "save_summary",
                         lambda key, flow, *args: (completed.append(flow), save(key, flow, *args))[1])
     generate_calls: list[int] = []
     generate = HFEngine.generate

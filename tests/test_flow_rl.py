@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.rl import RewardConfig, RLConfig, RLEvalConfig, rl
-from passband.tasks.store import fetch_artifact
+from passband.tasks.artifacts.store import fetch_artifact
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.chat import encode_sft_example
 from passband.training.rl.config import RLAlgoConfig

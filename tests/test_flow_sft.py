@@ -18,8 +18,8 @@ from passband.curation.hygiene import question_key
 from passband.curation.suites.math_suite import generate_math, question_of
 from passband.flows.common_config import ProblemSource
 from passband.flows.sft import SFTConfig, WorkedMathSource, sft
-from passband.tasks.datasets import read_table
-from passband.tasks.store import fetch_artifact, open_store
+from passband.tasks.artifacts.datasets import read_table
+from passband.tasks.artifacts.store import fetch_artifact, open_store
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.sft import loop
 from passband.training.sft.config import StageConfig

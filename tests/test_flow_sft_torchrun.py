@@ -15,7 +15,7 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 from passband.flows.sft import SFTConfig, sft
-from passband.tasks.store import fetch_artifact, open_store
+from passband.tasks.artifacts.store import fetch_artifact, open_store
 from passband.training.sft.config import DistributedConfig, StageConfig
 from test_flow_sft import KilledForTesting, kill_after_steps
 from test_sft_torchrun import _write_rows

@@ -15,7 +15,7 @@ Each prints where it was killed and what the rerun reused (run with -s to see it
 tiny ones built here (tests/tiny_chat_model.py; the real SmolLM2 needed 105 s for one 2-problem
 pass-rate shard on the shared CPU box, and each test makes three runs); set PASSBAND_KILL_SEED to
 replay a kill point. A killed process cannot clean up its scratch space: the last test checks
-that the next run removes what dead processes left (tasks/checkpoints.py).
+that the next run removes what dead processes left (tasks/artifacts/checkpoints.py).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from killrun import committed, kill_after_commits, kill_seed, run_to_end
-from passband.tasks.datasets import read_table
-from passband.tasks.store import fetch_artifact
+from passband.tasks.artifacts.datasets import read_table
+from passband.tasks.artifacts.store import fetch_artifact
 from test_flow_pipeline import tiny_config as tiny_pipeline_config
 from test_flow_rl import _digit_model, _rows_file, TRAIN_PROMPTS
 from test_flow_sft import _write_data
@@ -168,7 +168,7 @@ def test_sft_killed_resumes_to_the_same_weights(tmp_path):
     assert 1 <= last <= total
     left_behind = _scratch(home)
     rerun, _, rerun_s = run_to_end(args, home, RUN_TIMEOUT_S, "rerun")
-    assert _scratch(home) == []  # the killed run's scratch went too (tasks/checkpoints.py)
+    assert _scratch(home) == []  # the killed run's scratch went too (tasks/artifacts/checkpoints.py)
 
     # Only the steps after the last committed checkpoint were trained; no committed one was redone.
     assert _steps(home, rerun["mlflow_run_id"], "loss") == list(range(last + 1, total + 1))
@@ -221,7 +221,7 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path):
     if last < RL_ITERATIONS:  # killed inside the loop, whose weight-sync scratch nobody could remove
         assert any(name.startswith("rl-sync-") for name in left_behind), left_behind
     rerun, rerun_stderr, rerun_s = run_to_end(args, home, RUN_TIMEOUT_S, "rerun")
-    assert _scratch(home) == []  # removed by the rerun, as its owner is dead (tasks/checkpoints.py)
+    assert _scratch(home) == []  # removed by the rerun, as its owner is dead (tasks/artifacts/checkpoints.py)
 
     # It continued from the newest checkpoint and ran each later iteration exactly once.
     resumed_from = re.findall(r"rl: resuming after iteration (\d+)", rerun_stderr)
@@ -316,7 +316,7 @@ def test_pipeline_killed_serves_finished_stages_from_the_cache(tmp_path):
 
 
 def test_scratch_of_dead_processes_is_removed(tmp_path, monkeypatch):
-    from passband.tasks.checkpoints import scratch_dir
+    from passband.tasks.artifacts.checkpoints import scratch_dir
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -15,7 +15,7 @@ BIN = Path(sys.executable).parent / "passband"
 HOLDER = """
 import sys
 from pathlib import Path
-from passband.tasks.lock import home_lock
+from passband.tasks.host.lock import home_lock
 home = Path(sys.argv[1])
 sys.argv = ["/some/venv/bin/passband", "run", "rl", "--preset", "demo"]
 with home_lock(home):
@@ -27,7 +27,7 @@ with home_lock(home):
 TAKER = """
 import sys, time
 from pathlib import Path
-from passband.tasks.lock import LockHeld, home_lock
+from passband.tasks.host.lock import LockHeld, home_lock
 try:
     with home_lock(Path(sys.argv[1]), wait=sys.argv[2] == "wait",
                    on_wait=lambda holder: print("waiting on", holder, flush=True)):

@@ -5,7 +5,7 @@ import resource
 
 import numpy as np
 
-from passband.tasks.memory import PhasePeaks, high_water_mark_gb, resident_gb
+from passband.tasks.host.memory import PhasePeaks, high_water_mark_gb, resident_gb
 
 BLOCK_GB = 0.4
 

@@ -15,13 +15,14 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ROOTS = ("flows", "tasks", "curation", "training")
+ROOTS = {"flows": "flows", "tasks": "tasks", "curation": "curation", "training": "training", "infra/stack": "stack"}
+"""Folder of the checkout -> its package under passband/ (pyproject.toml's package-dir)."""
 
 
 def test_wheel_installs_only_the_passband_namespace(tmp_path: Path) -> None:
     # Built from a copy: setuptools builds in the source tree and would leave build/ in the checkout.
     source = tmp_path / "source"
-    for root in ROOTS:
+    for root in ROOTS:  # infra/stack alone: the rest of infra/ is not in the wheel
         shutil.copytree(REPO / root, source / root, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
@@ -30,8 +31,8 @@ def test_wheel_installs_only_the_passband_namespace(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("passband-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
 
-    # Every module of the four folders is in the wheel, under passband/ and nowhere else.
-    sources = sorted(f"passband/{path.relative_to(REPO).as_posix()}" for root in ROOTS
+    # Every module of the five folders is in the wheel, under passband/ and nowhere else.
+    sources = sorted(f"passband/{package}/{path.relative_to(REPO / root).as_posix()}" for root, package in ROOTS.items()
                      for path in (REPO / root).rglob("*.py") if "__pycache__" not in path.parts)
     assert sorted(n for n in names if n.endswith(".py")) == sources
     assert "passband/flows/presets/rl/demo.yaml" in names
@@ -48,9 +49,9 @@ def test_wheel_installs_only_the_passband_namespace(tmp_path: Path) -> None:
     # editable finder of the checkout) are not processed, so only the wheel provides passband.
     Path(site, "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
 
-    probe = ("import importlib.util, passband.training.rl, passband.flows.config as c; "
+    probe = ("import importlib.util, passband.training.rl, passband.stack.local, passband.flows.config as c; "
              "print(passband.training.rl.__file__); print(c.PRESETS_DIR.joinpath('rl', 'demo.yaml').is_file()); "
-             "print([m for m in ('flows', 'tasks', 'curation', 'training') if importlib.util.find_spec(m)])")
+             "print([m for m in ('flows', 'tasks', 'curation', 'training', 'stack', 'infra') if importlib.util.find_spec(m)])")
     out = subprocess.run([python, "-c", probe], check=True, capture_output=True, text=True,
                          cwd=tmp_path).stdout.split("\n")
     assert out[0].startswith(site) and out[0].endswith("passband/training/rl/__init__.py")

@@ -118,8 +118,8 @@ def test_pipeline_stages_run_as_flow_runs_on_the_worker(local_stack, tmp_path: P
     monkeypatch.setenv("PASSBAND_HOME", env["PASSBAND_HOME"])
     from mlflow import MlflowClient
 
-    from passband.tasks import tracking
-    from passband.tasks.store import fetch_artifact
+    from passband.tasks.artifacts.store import fetch_artifact
+    from passband.tasks.reporting import tracking
 
     for name, uri in placed["outputs"].items():
         if uri.startswith("file://"):

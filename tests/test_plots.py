@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from passband.curation.bands import pass_rate_histogram
-from passband.tasks.plots import pass_at_k_figure, pass_rate_histogram_figure
+from passband.tasks.reporting.plots import pass_at_k_figure, pass_rate_histogram_figure
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -103,7 +103,7 @@ def test_pass_at_k_figure_draws_interval_bands(tmp_path):
 def test_entropy_ceiling_figure_draws_points_fit_and_ceiling():
     import math
 
-    from passband.tasks.plots import entropy_ceiling_figure
+    from passband.tasks.reporting.plots import entropy_ceiling_figure
 
     # R = 0.9 - 0.15 exp(H) exactly: the fitted line passes through every point, the ceiling is 0.75.
     history = [(h, 0.9 - 0.15 * math.exp(h)) for h in (1.2, 1.0, 0.8, 0.5)]

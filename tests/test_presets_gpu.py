@@ -3,7 +3,7 @@
 Every engine they configure samples with CUDA graphs (no enforce_eager) and sizes its KV cache
 from a fraction of the device: 0.85 where the engine has the GPU to itself, 0.4 for RL's, which
 shares its process with the trainer. Every model they name is a hub name, the form
-tasks/model.py: resolve_model downloads. The CPU defaults the demo was measured with stay as they
+tasks/artifacts/model.py: resolve_model downloads. The CPU defaults the demo was measured with stay as they
 were: the GPU settings live in these presets only.
 """
 

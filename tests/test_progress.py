@@ -8,7 +8,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.testing.utilities import prefect_test_harness
 
-from passband.tasks.progress import Progress
+from passband.tasks.reporting.progress import Progress
 
 
 def test_progress_artifact_follows_the_updates():

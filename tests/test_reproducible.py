@@ -32,7 +32,7 @@ def run(flow: str, home: Path, *overrides: str) -> dict:
 
 
 def table(uri: str) -> list[dict]:
-    from passband.tasks.datasets import read_table
+    from passband.tasks.artifacts.datasets import read_table
 
     return read_table(uri).to_pylist()
 
@@ -62,7 +62,7 @@ MACHINE = ("seconds", "tokens_per_s", "wall_s", "system/", "memory")
 def checkpoint_weights(uri: str) -> dict:
     from safetensors.torch import load_file
 
-    from passband.tasks.store import fetch_artifact
+    from passband.tasks.artifacts.store import fetch_artifact
 
     return {name: tensor for path in sorted(fetch_artifact(uri).glob("*.safetensors"))
             for name, tensor in load_file(str(path)).items()}

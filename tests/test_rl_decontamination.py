@@ -6,7 +6,7 @@ import pytest
 
 from passband.curation.hygiene import held_out_keys
 from passband.curation.suites.source import ProblemSource
-from passband.tasks.rl import load_rl_problems
+from passband.tasks.steps.rl import load_rl_problems
 
 
 def _sums(answer_format: str) -> ProblemSource:

@@ -8,8 +8,8 @@ from prefect.testing.utilities import prefect_test_harness
 
 from passband.curation.suites.rows import rows_to_table
 from passband.curation.suites.source import ProblemSource
-from passband.tasks.datasets import commit_table
-from passband.tasks.rl import EmptyTrainingSet, load_rl_problems
+from passband.tasks.artifacts.datasets import commit_table
+from passband.tasks.steps.rl import EmptyTrainingSet, load_rl_problems
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,8 @@ def test_an_empty_task_is_left_out_and_named_with_the_run_that_wrote_it(empty_ur
 
 
 def test_every_dataset_empty_is_one_line_before_the_trainer_or_engine_opens(empty_uri, smollm2_dir, monkeypatch):
-    import passband.tasks.rl as rl_tasks
-    import passband.tasks.rollout as rollout
+    import passband.tasks.steps.rl as rl_tasks
+    import passband.tasks.steps.rollout as rollout
     from passband.flows.rl import RLConfig, rl
     from passband.training.engines import EngineConfig
 

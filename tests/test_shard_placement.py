@@ -4,8 +4,9 @@
 import pytest
 
 from passband.flows.curate_config import CurateConfig
-from passband.flows.task_workers import device_env
-from passband.tasks.shard_job import claimant, claimed_run_name, sample_shard_job, worker_id
+from passband.stack.task_workers import device_env
+from passband.tasks.sampling.claim import claimant, claimed_run_name, worker_id
+from passband.tasks.sampling.passrate_job import sample_shard_job
 
 
 def test_each_worker_gets_a_gpu_or_a_disjoint_core_share():
@@ -30,8 +31,8 @@ def test_a_claimed_run_names_its_worker(monkeypatch):
 def test_task_workers_are_refused_without_a_server_or_a_model_ref():
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from passband.tasks.passrate import LazyEngine
-    from passband.tasks.shard_dispatch import run_on_task_workers
+    from passband.tasks.sampling.dispatch import run_on_task_workers
+    from passband.tasks.sampling.engine import LazyEngine
 
     config = CurateConfig.model_validate({"sampling": {"workers": "task_workers"}})
     with pytest.raises(ValueError, match="pass model_ref"):

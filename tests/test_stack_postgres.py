@@ -1,4 +1,4 @@
-"""The production stack for real, without Docker (flows/stack_postgres.py): PostgreSQL 15, a Prefect
+"""The production stack for real, without Docker (infra/stack/postgres.py): PostgreSQL 15, a Prefect
 server and an MLflow tracking server on it (artifacts proxied to S3), moto's S3 server over HTTP
 standing in for MinIO, every setting from infra/stack.env.
 
@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from passband.flows.stack_postgres import MLFLOW_ARTIFACTS_DESTINATION, PostgresStack, StackPorts, read_env_file
+from passband.stack.postgres import MLFLOW_ARTIFACTS_DESTINATION, PostgresStack, StackPorts, read_env_file
 
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 BIN = Path(sys.executable).parent
@@ -37,7 +37,7 @@ HASHED_UP_TO = 64 << 20  # files up to this size are re-hashed from the bucket; 
 
 
 def test_stack_gives_each_service_what_compose_gives_it(tmp_path) -> None:
-    """The commands and settings of flows/stack_postgres.py are compose's, hosts and ports aside."""
+    """The commands and settings of infra/stack/postgres.py are compose's, hosts and ports aside."""
     ports = StackPorts(postgres=15432, prefect=14200, mlflow=15000, s3=19000)
     stack = PostgresStack(tmp_path, ports)
     env = read_env_file(INFRA / "stack.env")

@@ -16,8 +16,8 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from passband.tasks.settings import StackSettings
-from passband.tasks.store import ArtifactNotFound, ArtifactStore, CorruptArtifactError, open_store
+from passband.tasks.artifacts.store import ArtifactNotFound, ArtifactStore, CorruptArtifactError, open_store
+from passband.tasks.host.settings import StackSettings
 
 BUCKET = "passband-test"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from passband.tasks.manifest import MANIFEST_NAME, check_key
-from passband.tasks.provenance import code_version, config_hash, source_hash
-from passband.tasks.settings import StackSettings
-from passband.tasks.store import fetch_artifact, open_store
+from passband.tasks.artifacts.manifest import MANIFEST_NAME, check_key
+from passband.tasks.artifacts.provenance import code_version, config_hash, source_hash
+from passband.tasks.artifacts.store import fetch_artifact, open_store
+from passband.tasks.host.settings import StackSettings
 
 
 def _source(tmp_path: Path) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import prefect.artifacts
 
-from passband.tasks.stage import publish_table
+from passband.tasks.reporting.prefect_artifacts import publish_table
 
 
 def test_table_cells_show_four_significant_digits(monkeypatch):

@@ -25,9 +25,9 @@ import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from passband.flows.stack import stop_services
-from passband.flows.task_workers import start_task_workers
-from passband.tasks.shard_job import claimant
+from passband.stack.local import stop_services
+from passband.stack.task_workers import start_task_workers
+from passband.tasks.sampling.claim import claimant
 
 # three curate smoke runs of the real model on vLLM (the in-process one shared): many minutes
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -185,7 +185,7 @@ def _evaluate_config(model_dir: Path, workers: str, **updates):
 
 
 def _eval_samples(summary) -> list[dict]:
-    from passband.tasks.datasets import read_table
+    from passband.tasks.artifacts.datasets import read_table
 
     return read_table(summary.outputs["samples"]).to_pylist()
 

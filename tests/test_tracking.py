@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from passband.tasks import tracking
-from passband.tasks.settings import StackSettings
+from passband.tasks.host.settings import StackSettings
+from passband.tasks.reporting import tracking
 
 matplotlib.use("Agg")
 
@@ -159,8 +159,8 @@ def test_the_experiment_is_a_model_training_one_and_runs_say_what_produced_them(
     from prefect import flow
 
     from passband.flows.config import Config
-    from passband.tasks.provenance import code_version, config_hash
-    from passband.tasks.stage import stage_run
+    from passband.tasks.artifacts.provenance import code_version, config_hash
+    from passband.tasks.stages.stage import stage_run
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
     monkeypatch.setenv("PASSBAND_EXPERIMENT", "kind-test")

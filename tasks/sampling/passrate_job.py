@@ -1,0 +1,127 @@
+"""One pass-rate shard's work, in the flow or as a job a Prefect task worker runs.
+
+`sample_shard` generates n * top_k attempts per problem and verifies them; `commit_shard` stores
+the per-problem summary and the per-sample rows as the artifact `passrate/<shard_key>`, manifest
+last; `load_shard` reads them back. The flow calls them itself (tasks/sampling/passrate.py) or
+sends the shard as a `ShardJob`: it names everything the shard's samples depend on (rows,
+checkpoint, engine config, sampling, verifiers) plus its key, the worker samples, verifies and
+commits it and returns the shard's URI, so payloads never travel through Prefect.
+
+A worker (`python -m passband.tasks.sampling.worker`, started by `passband up --task-workers N`,
+the compose service or the Kubernetes manifest) serves one job at a time, pass-rate shards and eval
+shards (tasks/sampling/eval_job.py) alike, and keeps its engine open across jobs in the process's
+engine keeper (tasks/sampling/engine.py: kept_engine): an engine start costs ~20 s here, a weight
+swap ~1 s.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from prefect import task
+from prefect.cache_policies import NONE
+from pydantic import BaseModel, ConfigDict
+
+from passband.curation.catalog import VerifierSettings
+from passband.curation.catalog.verify import verify_groups
+from passband.curation.passrate import summarize_attempts
+from passband.tasks.artifacts.provenance import code_version
+from passband.tasks.artifacts.store import open_store
+from passband.tasks.sampling.claim import claim, job_run_name
+from passband.tasks.sampling.engine import LazyEngine, kept_engine
+from passband.training.engines import EngineConfig, RolloutEngine
+
+SUMMARY_FILE = "summary.parquet"
+SAMPLES_FILE = "samples.parquet"
+
+
+class ShardJob(BaseModel):
+    """What a task worker needs to compute one shard, and nothing that depends on where."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    """Artifact key of the shard, `passrate/<hash of its content>`."""
+    rows: list[dict[str, Any]]
+    """The shard's problems: {id, task, prompt, reference}."""
+    model_ref: str
+    """The checkpoint as the flow names it (shipped name, artifact URI or a directory both see)."""
+    engine: EngineConfig
+    """The flow's engine config (the worker's engine is keyed by it and the checkpoint)."""
+    sampling: dict[str, Any]
+    """n, top_k, temperature, top_p, max_tokens, stop and the shard's own seed."""
+    verifiers: VerifierSettings
+    """Verifier settings of the run."""
+    system_prompt: str | None
+    """System message of the rollouts."""
+    manifest_config: dict[str, Any]
+    """What the shard's manifest records as its producing config."""
+
+
+@task(name="sample-shard", cache_policy=NONE)
+def sample_shard(
+    shard: list[dict], engine: LazyEngine | RolloutEngine, tokenizer: Any, sampling: dict[str, Any],
+    verifiers: VerifierSettings, system_prompt: str | None,
+) -> tuple[list[dict], list[dict]]:
+    """Generate n * top_k attempts per problem, verify each, summarize per problem."""
+    from passband.training.chat import render_prompt
+    from passband.training.engines import SamplingConfig
+
+    num_attempts = sampling["n"] * sampling["top_k"]
+    settings = SamplingConfig(
+        n=num_attempts, temperature=sampling["temperature"], top_p=sampling["top_p"],
+        max_tokens=sampling["max_tokens"], stop=sampling["stop"], seed=sampling["seed"],
+    )
+    prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for row in shard]
+    groups = engine.generate(prompts, settings)
+    samples = [
+        {"problem_id": row["id"], "task": row["task"], "sample_index": s.sample_index, "completion": s.text,
+         "finish_reason": s.finish_reason, "num_tokens": len(s.token_ids)}
+        for row, group in zip(shard, groups) for s in group
+    ]
+    verdicts = verify_groups([row["task"] for row in shard], [row["reference"] for row in shard],
+                             [[s.text for s in group] for group in groups], verifiers)
+    for sample, verdict in zip(samples, (v for group in verdicts for v in group), strict=True):
+        sample.update(status=verdict.status, score=verdict.score, detail=verdict.detail)
+    statuses = [[s["status"] for s in samples if s["problem_id"] == row["id"]] for row in shard]
+    summaries = [{"problem_id": row["id"], **summary}
+                 for row, summary in zip(shard, summarize_attempts(statuses, k=sampling["top_k"]))]
+    return summaries, samples
+
+
+@task(name="commit-shard", retries=2, retry_delay_seconds=2)
+def commit_shard(key: str, summaries: list[dict], samples: list[dict], config: dict[str, Any]) -> str:
+    """Both Parquet files of a shard under `key`, manifest last (so a crash leaves no shard)."""
+    store = open_store()
+    with tempfile.TemporaryDirectory(prefix="passband-shard-") as tmp:
+        pq.write_table(pa.Table.from_pylist(summaries), Path(tmp) / SUMMARY_FILE)
+        pq.write_table(pa.Table.from_pylist(samples), Path(tmp) / SAMPLES_FILE)
+        store.commit(key, Path(tmp), flow="curate", config=config, code_version=code_version(),
+                     extra={"num_problems": len(summaries), "num_samples": len(samples)})
+    return store.uri(key)
+
+
+@task(name="load-shard", retries=2, retry_delay_seconds=2)
+def load_shard(key: str) -> tuple[list[dict], list[dict]]:
+    """The (summaries, samples) of a committed shard, checksums verified."""
+    folder = open_store().fetch(key)
+    return pq.read_table(folder / SUMMARY_FILE).to_pylist(), pq.read_table(folder / SAMPLES_FILE).to_pylist()
+
+
+@task(name="sample-shard-job", cache_policy=NONE, task_run_name=job_run_name)
+def sample_shard_job(job_json: str) -> str:
+    """Sample, verify and commit one shard (manifest last); return its URI.
+
+    The job travels as JSON, not pickled: a worker whose configs gained a defaulted field since
+    the flow started still reads it (a pickled pydantic object would lack the field)."""
+    job = ShardJob.model_validate_json(job_json)
+    committed = claim(job.key)
+    if committed is not None:
+        return committed
+    engine, tokenizer = kept_engine(job.model_ref, job.engine)
+    summaries, samples = sample_shard(job.rows, engine, tokenizer, job.sampling, job.verifiers, job.system_prompt)
+    return commit_shard(job.key, summaries, samples, job.manifest_config)

@@ -1,0 +1,140 @@
+"""Prefect tasks and I/O of the RL flow: problems in, verifier scores, weight sync, checkpoints.
+
+Checkpoints are artifacts at `checkpoints/rl/<run key>/iter-NNNNNN` (save_checkpoint into a
+scratch dir, committed manifest-last, the scratch copy deleted). The run key hashes the resolved
+config (minus run-control fields) and the code version, so a rerun of the same config finds its
+own checkpoints and nobody else's; the newest is found by probing iterations newest first.
+trainer_state.json of each checkpoint holds the trainer's RLState (training/rl/trainer.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from passband.curation.catalog import VerifierSettings
+from passband.curation.hygiene import asks_held_out
+from passband.curation.suites.source import ProblemSource
+from passband.tasks.artifacts.checkpoints import commit_checkpoint, newest_committed, scratch_dir
+from passband.tasks.artifacts.store import fetch_artifact, open_store
+from passband.training.engines.protocol import RolloutEngine, Sample
+from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
+
+CHECKPOINT_ROOT = "checkpoints/rl"
+SCORED_STATUSES = ("pass", "fail", "timeout")
+"""Verifier statuses that are a verdict on the output (reward = score). `unparsable` (no answer to
+judge) and `error` (the verifier itself failed) are masked out of the gradient instead."""
+
+
+class EmptyTrainingSet(ValueError):
+    """Every RL dataset is empty: there is nothing to train on."""
+
+
+def load_rl_problems(
+    datasets: dict[str, str | ProblemSource], held_out: frozenset[str], run_id: str | None = None,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int], list[str]]:
+    """(task -> rows, task -> rows dropped because they ask a held-out question (`held_out`:
+    curation.hygiene.held_out_keys of the eval prompts), why each empty dataset was left out).
+
+    Values of `datasets` are dataset artifact URIs (curate's `rl_<task>`) or problem sources.
+    Every row must belong to the task it is listed under: its verifier is that task's. A task
+    whose dataset has no rows is left out (its line says which curate run wrote it); when every
+    dataset is empty, EmptyTrainingSet says so in one line, before any engine or trainer opens.
+    """
+    from passband.tasks.steps.evaluation import problem_rows
+
+    loaded = {name: problem_rows(ref, run_id) for name, ref in datasets.items()}
+    empty = [_empty_dataset_line(name, datasets[name]) for name, rows in loaded.items() if not rows]
+    if empty and len(empty) == len(loaded):
+        raise EmptyTrainingSet("rl: nothing to train on, every dataset is empty: " + "; ".join(empty)
+                               + " (a curate run's `removed` artifact and its RL-sets table say where the problems went)")
+    problems, dropped = {}, {}
+    for name, rows in loaded.items():
+        if not rows:
+            continue
+        wrong = [row["id"] for row in rows if row["task"] != name]
+        if wrong:
+            raise ValueError(f"datasets.{name}: rows {wrong[:3]} ({len(wrong)} in all) are not {name!r} rows; "
+                             "list each dataset under its own task")
+        problems[name] = [row for row in rows if not asks_held_out(row["prompt"], held_out)]
+        dropped[name] = len(rows) - len(problems[name])
+        if not problems[name]:
+            raise ValueError(f"datasets.{name}: every one of its {len(rows)} prompts is an eval prompt")
+    return problems, dropped, empty
+
+
+def _empty_dataset_line(name: str, ref: str | ProblemSource) -> str:
+    """"datasets.<name> (<where>)", with the run that wrote it when it is a committed artifact."""
+    from passband.tasks.artifacts.store import artifact_manifest
+
+    if not isinstance(ref, str):
+        return f"datasets.{name} ({ref.path or ref.suite})"
+    manifest = artifact_manifest(ref)
+    producer = manifest["extra"].get("mlflow_run_id")
+    made_by = f"the {manifest['flow']} run {producer}" if producer else f"a {manifest['flow']} run"
+    return f"datasets.{name} ({ref}, written by {made_by})"
+
+
+@task(name="score-rollouts", cache_policy=NONE)
+def score_rollouts(
+    rows: list[dict[str, Any]], samples: list[list[Sample]], verifiers: VerifierSettings,
+) -> tuple[list[list[float | None]], list[list[bool]], dict[str, float]]:
+    """(rewards, valid) per prompt and sample, and the metrics `<task>/num_<status>` (rollouts per
+    verifier status).
+
+    reward = verifier score where the status is a verdict (SCORED_STATUSES); otherwise None and
+    invalid. One grouped verification: each task's verifier is called once.
+    """
+    from passband.curation.catalog.verify import verify_groups
+
+    verdicts = verify_groups([row["task"] for row in rows], [row["reference"] for row in rows],
+                             [[sample.text for sample in group] for group in samples], verifiers)
+    rewards, valid, counts = [], [], {}
+    for row, results in zip(rows, verdicts, strict=True):
+        valid.append([r.status in SCORED_STATUSES for r in results])
+        rewards.append([r.score if r.status in SCORED_STATUSES else None for r in results])
+        for r in results:
+            name = f"{row['task']}/num_{r.status}"
+            counts[name] = counts.get(name, 0.0) + 1.0
+    return rewards, valid, counts
+
+
+def push_weights(model: Any, engine: RolloutEngine, scratch: Path) -> None:
+    """Hand the trainer's current weights to the engine (safetensors in `scratch`, in-place reload)."""
+    target = scratch / "weights"
+    if target.exists():
+        shutil.rmtree(target)
+    model.save_pretrained(target)
+    engine.load_weights(target)
+
+
+def checkpoint_key(run_key: str, iteration: int) -> str:
+    return f"{CHECKPOINT_ROOT}/{run_key}/iter-{iteration:06d}"
+
+
+def last_checkpoint_iteration(run_key: str, num_iterations: int) -> int | None:
+    """The iteration of the newest committed checkpoint of this run key, or None."""
+    keys = {checkpoint_key(run_key, i): i for i in range(num_iterations, 0, -1)}
+    key = newest_committed(keys)
+    return None if key is None else keys[key]
+
+
+def checkpoint_uri(run_key: str, iteration: int) -> str:
+    return open_store().uri(checkpoint_key(run_key, iteration))
+
+
+def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None) -> RLTrainer:
+    """The trainer at `model_dir`, or continued from the committed checkpoint at `resume_uri`."""
+    return open_trainer(Path(model_dir), tasks, algo, fetch_artifact(resume_uri) if resume_uri else None)
+
+
+def save_rl_checkpoint(trainer: RLTrainer, run_key: str, config: dict[str, Any]) -> str:
+    """Checkpoint the trainer (weights, optimizer, RNG, RLState) as an artifact; its URI."""
+    iteration = trainer.state.iteration
+    with scratch_dir("rl-checkpoint-") as scratch:
+        path = save_trainer(trainer, scratch)
+        return commit_checkpoint(str(path), checkpoint_key(run_key, iteration), "rl", config, {"iteration": iteration})

@@ -1,0 +1,107 @@
+"""The data of one SFT stage: load each named dataset, mix by weight, decontaminate, chat-encode.
+
+A stage names its datasets (training.sft.config.StageConfig.datasets). Each name is resolved:
+- a key of the flow's `generated` block -> built-in worked math solutions (curation.worked_math),
+  committed as a Parquet artifact so the run records exactly which data it trained on;
+- an artifact URI (file://, s3://) -> a committed Parquet dataset, e.g. the curation flow's
+  `sft_stage1` output;
+- anything else -> a local .jsonl/.parquet file of chat-format rows (training.sft.sources).
+Every row left out (bad row, band, mix share, eval overlap, too long) is logged to MLflow as
+`quarantine/<stage>.jsonl` with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from passband.curation.hygiene import asks_held_out, held_out_keys
+from passband.tasks.artifacts.datasets import DATA_FILE, commit_table
+from passband.tasks.artifacts.provenance import config_hash
+from passband.tasks.artifacts.store import fetch_artifact
+from passband.training.sft.config import StageConfig
+from passband.training.sft.packing import SFTExample
+
+ARTIFACT_SCHEMES = ("file://", "s3://")
+
+
+@task(name="generate-worked-math", retries=2, retry_delay_seconds=2)
+def commit_worked_math(spec: dict[str, Any], decontaminate_prompts: list[str]) -> str:
+    """Generate, verify and commit worked math rows that ask no held-out question; return the URI."""
+    from passband.curation.suites.rows import rows_to_table
+    from passband.curation.worked_math import worked_math_rows
+
+    held_out = held_out_keys(decontaminate_prompts)
+    rows, failed = worked_math_rows(**spec, exclude_questions=held_out)
+    if failed:
+        raise ValueError(f"worked math: {len(failed)} template completions fail the verifier, "
+                         f"first: {failed[0]['prompt']!r}: {failed[0]['removed_reason']}")
+    config = {"worked_math": spec, "held_out": config_hash({"questions": sorted(held_out)})}
+    key = f"datasets/sft-worked-math/{config_hash(config)[:24]}"
+    return commit_table(rows_to_table(rows), key, "sft", config)
+
+
+@task(name="load-sft-dataset", retries=2, retry_delay_seconds=2)
+def load_dataset_rows(ref: str) -> tuple[list[dict], list[dict]]:
+    """(usable rows, quarantined rows) of an artifact URI or a local JSONL/Parquet file."""
+    import pyarrow.parquet as pq
+
+    from passband.curation.suites.rows import REFERENCE_ENCODING_KEY, table_to_rows
+    from passband.training.sft.sources import chat_rows, read_chat_rows
+
+    if not ref.startswith(ARTIFACT_SCHEMES):
+        path = Path(ref)
+        if not path.is_file():
+            raise FileNotFoundError(f"SFT dataset {ref!r} is neither a generated source, an artifact URI "
+                                    "nor an existing .jsonl/.parquet file")
+        return read_chat_rows(path)
+    table = pq.read_table(fetch_artifact(ref) / DATA_FILE)
+    # Our own tables keep `reference` as JSON text (curation.suites.rows); decode it when marked.
+    encoded = (table.schema.metadata or {}).get(REFERENCE_ENCODING_KEY) == b"json"
+    raw = table_to_rows(table) if encoded else table.to_pylist()
+    return chat_rows(list(enumerate(raw, start=1)))
+
+
+@task(name="stage-examples", cache_policy=NONE)
+def stage_examples(
+    stage: StageConfig, dataset_refs: dict[str, str], tokenizer: Any, eval_prompts: list[str],
+    run_id: str,
+) -> list[SFTExample]:
+    """Encoded examples of `stage` (mixed, band-filtered, decontaminated); left-out rows logged."""
+    from prefect.logging import get_run_logger
+
+    from passband.curation.rows import quarantine
+    from passband.tasks.reporting import tracking
+    from passband.training.sft.data import encode_rows, mix_stage_rows
+
+    datasets: dict[str, list[dict]] = {}
+    left_out: list[dict] = []
+    for name in stage.datasets:
+        rows, bad = load_dataset_rows(dataset_refs[name])
+        datasets[name] = rows
+        left_out.extend({**row, "dataset": name} for row in bad)
+    mixed, not_mixed = mix_stage_rows(datasets, stage.datasets, stage.bands, stage.seed)
+    held_out = held_out_keys(eval_prompts)
+    clean = [row for row in mixed if not asks_held_out(row["prompt"], held_out)]
+    contaminated = [quarantine(row, "asks a question of the eval set") for row in mixed
+                    if asks_held_out(row["prompt"], held_out)]
+    examples, too_long = encode_rows(tokenizer, clean, stage.max_length)
+    left_out += not_mixed + contaminated + too_long
+    if not examples:
+        raise ValueError(f"stage {stage.name!r} has no usable examples ({len(left_out)} rows left out; "
+                         f"first reason: {left_out[0]['removed_reason'] if left_out else 'no rows'})")
+    get_run_logger().info("stage %s: %d examples from %s, %d rows left out", stage.name, len(examples),
+                          {name: sum(r["dataset"] == name for r in clean) for name in stage.datasets},
+                          len(left_out))
+    if left_out:
+        with tempfile.TemporaryDirectory(prefix="passband-sft-") as tmp:
+            path = Path(tmp) / f"{stage.name}.jsonl"
+            path.write_text("".join(json.dumps(row, default=str) + "\n" for row in left_out))
+            tracking.log_artifact_file(path, "quarantine", run_id)
+    return examples
+
