@@ -42,7 +42,7 @@ def load_problems(
     if path:
         result = load_rows(path, task=task, column_map=column_map, split=split, name=name)
         if count is not None and len(result.rows) > count:
-            # said every time: a run that trains on part of the user's data must not look like all of it
+            # a run that trains on part of the user's data must not look like it trained on all of it
             warnings.warn(f"{path}: taking the first {count} of its {len(result.rows)} good rows "
                           f"(num_problems: {count}; num_problems: all takes every row)", stacklevel=2)
         return LoadResult(rows=result.rows[:count], quarantined=result.quarantined)

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from passband.tasks.artifacts.provenance import code_version, config_hash
 from passband.tasks.reporting import tracking
+from passband.tasks.reporting.prefect_artifacts import publish_markdown
 from passband.tasks.stages import cache as stage_cache
 from passband.tasks.stages.summary import RunSummary
 
@@ -60,11 +61,11 @@ class StageRun:
 
 def publish_outputs(flow: str, run_id: str, outputs: dict[str, str]) -> None:
     """What the Prefect UI shows for the stage: its output URIs (markdown) and its MLflow run (link)."""
-    from prefect.artifacts import create_link_artifact, create_markdown_artifact
+    from prefect.artifacts import create_link_artifact
 
     lines = [f"# {flow} outputs", "", "| output | URI |", "|---|---|",
              *(f"| {name} | `{uri}` |" for name, uri in sorted(outputs.items())), "", f"MLflow run: `{run_id}`"]
-    create_markdown_artifact("\n".join(lines), description=f"{flow}: output artifact URIs")
+    publish_markdown("\n".join(lines), description=f"{flow}: output artifact URIs")
     url = tracking.run_url(run_id)
     if url is not None:
         create_link_artifact(url, link_text=f"MLflow run of {flow}", description=f"{flow}: its MLflow run")
