@@ -49,7 +49,7 @@ class RLAlgoConfig(BaseModel):
         "times any correction or Clip-Cov weight is 0. The loss normalizers stay the whole batch's, so the update "
         "is the same bit for bit, only cheaper (tests/test_rl_skip_zero_gradient.py); unlike "
         "drop_zero_variance_groups, the objective does not change. Off, with the reason warned once, when a term "
-        "reaches rows with A = 0 (`RLAlgoConfig.zero_gradient_skip_blocker`: a KL loss, KL-Cov).",
+        "reaches rows with A = 0: a KL loss, KL-Cov (training/rl/config.py: zero_gradient_skip_blocker).",
     )
 
     # Objective. clip_low, clip_high and aggregation default to None, resolved per level when the

@@ -24,6 +24,14 @@ pass 1's metrics are read off the same log-probs afterwards. The ratio is exp(lo
 logp.detach()) = 1 exactly, as TRL's at num_iterations=1; only rows that are not trained (invalid
 ones, dropped groups) still get a no-grad pass. Saves one forward of the batch (~20% of training).
 
+Rows whose gradient is exactly zero (cfg.skip_zero_gradient_rows, `_zero_gradient_rows`): a trained
+row with advantage exactly 0, under a config with no term that reaches such rows (no KL loss, no
+KL-Cov), is not forwarded or backwarded in the inner steps. It stays in the loss inputs, so the
+normalizers are the whole batch's, and the trained rows are chunked in two parts (with gradient, without)
+whether or not the second is skipped, so the other micro-batches and the update are the same bit for
+bit. Its pi_old is still computed (fused: a no-grad pass of the skipped rows only): Clip-Cov's
+batch-wide centring and count, the max_vllm_kl gate and the diagnostics read every row's log-probs.
+
 Invalid rows (unparsable/truncated) are never trained on: their mask is 0 in `LossInputs`, and
 entropy, perplexity, vllm_kl and the correction are over valid rows only.
 
@@ -309,10 +317,16 @@ def rl_update(
     truncated and unparsable outputs are where the mismatch grows), trainer_ppl, entropy (nats,
     mean over valid response tokens), mismatch_* (`mismatch_stats` of the correction);
     zero_variance_group_frac, advantages_std, num_dropped_groups, num_train_sequences,
-    num_train_tokens; per inner step, the last step's loss, policy_loss, kl_loss / kl_cov_loss
+    num_train_tokens (the loss's normalizers: skipped rows included); num_skipped_rows and
+    num_skipped_tokens (response tokens), the trained rows not forwarded in the inner steps because
+    their gradient is exactly 0 (cfg.skip_zero_gradient_rows; 0 when off). vllm_kl, vllm_kl_all,
+    trainer_ppl, entropy, mismatch_* and kl_ref_k1 still cover every (valid) row: a skipped row is
+    scored at theta_k without gradient, as the unskipped update would have scored it. Per inner step, the
+    last step's loss, policy_loss, kl_loss / kl_cov_loss
     (when those terms exist), grad_norm (before clipping), clip_frac_low/high and clip_frac
     (per token, or per sequence at level 'sequence'), ratio_mean, with `_mean` over steps, and
-    ratio_max/min over steps; lr, train_tokens_per_s, seconds; skipped = 1.0 when no step was
+    ratio_max/min over steps: the clip and ratio metrics cover the rows forwarded in the steps (not
+    the skipped ones, whose ratio at the step's theta is never computed; they cannot clip, A = 0); lr, train_tokens_per_s, seconds; skipped = 1.0 when no step was
     taken (vllm_kl above cfg.max_vllm_kl, or no response token to train on). With cfg.trim_heap,
     the heap the update freed (its activations) goes back to the OS before returning.
     """
