@@ -55,8 +55,11 @@ def test_fused_scoring_gives_the_two_pass_update_and_metrics_exactly(settings):
     if settings.get("behaviour_policy") != "engine":  # pi_old IS the step's forward, detached: exp(0)
         assert m_one["ratio_min"] == m_one["ratio_max"] == m_one["ratio_mean"] == 1.0
         assert m_one["clip_frac"] == 0.0
-    # one forward fewer per micro-batch of trained rows (the invalid row keeps its own no-grad pass)
-    trained_batches = -(-7 // settings["micro_batch_size"])
+    # one forward fewer per micro-batch of trained rows (the invalid row keeps its own no-grad pass). Row 2
+    # (reward 0.5, the mean of its group's valid [1, 0, 0.5]) has A = 0 exactly: skipped by the step, so
+    # scored without gradient in both paths, unless the KL loss gives it gradient.
+    assert m_one["num_skipped_rows"] == (0.0 if settings.get("kl_coef") else 1.0)
+    trained_batches = -(-(7 - int(m_one["num_skipped_rows"])) // settings["micro_batch_size"])
     assert forwards_two - forwards_one == trained_batches
 
 

@@ -42,6 +42,15 @@ class RLAlgoConfig(BaseModel):
         description="Leave groups whose rewards are all equal (all-zero advantages) out of the update entirely, "
         "so they neither count in the loss normalizer nor in the KL terms. They are counted either way.",
     )
+    skip_zero_gradient_rows: bool = Field(
+        default=True,
+        description="Do not forward or backward, in the inner steps, the trained rows whose every loss term has "
+        "exactly zero gradient: advantage exactly 0 (a zero-variance group, a reward equal to its group's mean) "
+        "times any correction or Clip-Cov weight is 0. The loss normalizers stay the whole batch's, so the update "
+        "is the same bit for bit, only cheaper (tests/test_rl_skip_zero_gradient.py); unlike "
+        "drop_zero_variance_groups, the objective does not change. Off, with the reason warned once, when a term "
+        "reaches rows with A = 0: a KL loss, KL-Cov (training/rl/config.py: zero_gradient_skip_blocker).",
+    )
 
     # Objective. clip_low, clip_high and aggregation default to None, resolved per level when the
     # config is built (`LEVEL_DEFAULTS`), so a constructed config always holds the values in use.
@@ -218,6 +227,22 @@ class RLAlgoConfig(BaseModel):
             return self.geo_threshold, self.geo_threshold_low
         return self.correction_threshold, self.correction_threshold_low
 
+    def zero_gradient_skip_blocker(self) -> str | None:
+        """Why a row with advantage exactly 0 can still have gradient under this config, or None when it cannot.
+
+        The policy surrogate's gradient is A * ratio * weight * grad logp, exactly 0 at A = 0 whatever the
+        correction and Clip-Cov weights (finite; Clip-Cov only zeroes some). KL in the reward is folded into the
+        advantages before they are compared with 0, and there is no entropy bonus in the loss (entropy is a
+        monitor, docs/recipe.md section 7). The terms left reach rows whatever their advantage:
+        """
+        if self.kl_coef > 0 and self.kl_placement == "loss":
+            return (f"a KL loss (kl_coef={self.kl_coef}, kl_placement='loss') gives every row gradient whatever its "
+                    "advantage, so skip_zero_gradient_rows is off")
+        if self.cov_method == "kl_cov":
+            return ("KL-Cov's penalty |logp - old_logp| falls on the top-covariance tokens of the whole batch, rows "
+                    "with zero advantage included, so skip_zero_gradient_rows is off")
+        return None
+
     @model_validator(mode="after")
     def _check(self) -> "RLAlgoConfig":
         if self.aggregation == "seq_sum" and self.max_tokens is None:
@@ -240,4 +265,8 @@ class RLAlgoConfig(BaseModel):
         # Refuse k1 as a loss (zero expected gradient) and warn on k3 as a loss, even at kl_coef=0,
         # so a preset that only later raises the coefficient fails now rather than mid-run.
         check_kl_placement(self.kl_placement, self.kl_estimator)
+        blocker = self.zero_gradient_skip_blocker()
+        if self.skip_zero_gradient_rows and blocker is not None:
+            # Python shows a warning once per message and place: once per run for one config.
+            warnings.warn(f"{blocker} (set algo.skip_zero_gradient_rows=False to say so)", stacklevel=2)
         return self

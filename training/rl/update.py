@@ -24,6 +24,14 @@ pass 1's metrics are read off the same log-probs afterwards. The ratio is exp(lo
 logp.detach()) = 1 exactly, as TRL's at num_iterations=1; only rows that are not trained (invalid
 ones, dropped groups) still get a no-grad pass. Saves one forward of the batch (~20% of training).
 
+Rows whose gradient is exactly zero (cfg.skip_zero_gradient_rows, `_zero_gradient_rows`): a trained
+row with advantage exactly 0, under a config with no term that reaches such rows (no KL loss, no
+KL-Cov), is not forwarded or backwarded in the inner steps. It stays in the loss inputs, so the
+normalizers are the whole batch's, and the trained rows are chunked in two parts (with gradient, without)
+whether or not the second is skipped, so the other micro-batches and the update are the same bit for
+bit. Its pi_old is still computed (fused: a no-grad pass of the skipped rows only): Clip-Cov's
+batch-wide centring and count, the max_vllm_kl gate and the diagnostics read every row's log-probs.
+
 Invalid rows (unparsable/truncated) are never trained on: their mask is 0 in `LossInputs`, and
 entropy, perplexity, vllm_kl and the correction are over valid rows only.
 
@@ -110,6 +118,23 @@ def _micro_batches(batch: RolloutBatch, rows: list[int], size: int) -> list[list
     return [by_length[start : start + size] for start in range(0, len(by_length), size)]
 
 
+def _chunks(batch: RolloutBatch, parts: list[list[int]], size: int) -> list[list[int]]:
+    """`_micro_batches` of each part on its own, in order: no micro-batch mixes two parts. The trained rows
+    with gradient and those without (`_zero_gradient_rows`) are two parts, so leaving the latter out leaves
+    every other micro-batch, its padding and its GEMM shapes as they were: the same gradient bit for bit."""
+    return [chunk for part in parts for chunk in _micro_batches(batch, part, size)]
+
+
+def _zero_gradient_rows(cfg: RLAlgoConfig, rows: list[int], advantages: Tensor) -> list[int]:
+    """The rows of `rows` whose loss has exactly zero gradient: advantage exactly 0, where no term reaches
+    such rows (`RLAlgoConfig.zero_gradient_skip_blocker`; [] where one does). Their backward is all zeros
+    (every term is A, finite factors and the detached weights multiplied), which adds nothing to a gradient."""
+    if cfg.zero_gradient_skip_blocker() is not None:
+        return []
+    is_zero = (advantages == 0).tolist()
+    return [i for i in rows if is_zero[i]]
+
+
 def _fuses_scoring(cfg: RLAlgoConfig) -> bool:
     """Whether pi_old can come from the one inner step's own forward (module docstring): every use
     of the trainer's log-probs before the loss is then per row (the correction weights) or absent."""
@@ -158,10 +183,11 @@ def _chunk_entropy(model: torch.nn.Module, batch: RolloutBatch, chunk: list[int]
 
 @torch.no_grad()
 def _scoring_pass(
-    model: torch.nn.Module, batch: RolloutBatch, rows: list[int], width: int, cfg: RLAlgoConfig, with_entropy: bool,
-    precision: Precision,
+    model: torch.nn.Module, batch: RolloutBatch, chunks: list[list[int]], width: int, cfg: RLAlgoConfig,
+    with_entropy: bool, precision: Precision,
 ) -> tuple[Tensor, Tensor]:
-    """Log-probs and token entropy `[B, width]` (0 outside `rows`) of `model` at its current weights.
+    """Log-probs and token entropy `[B, width]` (0 outside `chunks`) of `model` at its current weights,
+    one forward per micro-batch of `chunks`.
 
     The entropy reuses the hidden states of the log-prob forward, so one forward serves both and
     the log-probs are exactly those that `response_logprobs` computes in the inner steps.
@@ -169,7 +195,7 @@ def _scoring_pass(
     device = model.lm_head.weight.device
     logp = torch.zeros(batch.num_rows, width, device=device)
     entropy = torch.zeros(batch.num_rows, width, device=device)
-    for chunk in _micro_batches(batch, rows, cfg.micro_batch_size):
+    for chunk in chunks:
         captured: list[Tensor] = []
         out = _forward_logprobs(model, batch, chunk, cfg, precision, captured if with_entropy else None)
         index = torch.tensor(chunk, device=device)
@@ -180,12 +206,14 @@ def _scoring_pass(
     return logp, entropy
 
 
-def _score_rows(model: torch.nn.Module, batch: RolloutBatch, valid_rows: list[int], invalid_rows: list[int],
+def _score_rows(model: torch.nn.Module, batch: RolloutBatch, valid_parts: list[list[int]], invalid_rows: list[int],
                 width: int, cfg: RLAlgoConfig, precision: Precision) -> tuple[Tensor, Tensor]:
-    """`_scoring_pass` of `valid_rows` (log-probs and entropy) and of `invalid_rows` (log-probs
-    only), each chunked on its own: `[B, width]` log-probs and entropy, 0 elsewhere."""
-    logp, entropy = _scoring_pass(model, batch, valid_rows, width, cfg, True, precision)
-    return logp + _scoring_pass(model, batch, invalid_rows, width, cfg, False, precision)[0], entropy
+    """`_scoring_pass` of the valid rows (log-probs and entropy), each of `valid_parts` chunked on its own as
+    the inner steps chunk it (`_chunks`), and of `invalid_rows` (log-probs only): `[B, width]`, 0 elsewhere."""
+    size = cfg.micro_batch_size
+    logp, entropy = _scoring_pass(model, batch, _chunks(batch, valid_parts, size), width, cfg, True, precision)
+    invalid = _scoring_pass(model, batch, _micro_batches(batch, invalid_rows, size), width, cfg, False, precision)[0]
+    return logp + invalid, entropy
 
 
 def _loss_inputs(
@@ -221,18 +249,22 @@ def _loss_inputs(
     )
 
 
-def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, rows: list[int],
-                inputs_at: Callable[[Tensor], LossInputs], step_logp: Tensor, settings: LossSettings,
-                cfg: RLAlgoConfig, precision: Precision, entropy: Tensor | None = None) -> dict[str, float]:
+def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch,
+                chunks: list[list[int]], inputs_at: Callable[[Tensor], LossInputs], step_logp: Tensor,
+                settings: LossSettings, cfg: RLAlgoConfig, precision: Precision,
+                entropy: Tensor | None = None) -> dict[str, float]:
     """One optimizer step on the fixed batch; returns its loss, grad norm and loss metrics.
 
-    step_logp `[B, T]` (zeros) receives the detached log-probs of `rows` at this step's theta.
+    chunks: the micro-batches to forward and backward: the trained rows, less the skipped ones
+    (`_zero_gradient_rows`), whose share of the loss and of its gradient is exactly 0.
+    step_logp `[B, T]` (zeros) receives the detached log-probs of the rows of `chunks` at this step's theta.
     inputs_at(step_logp) gives the loss inputs: fixed in a plain step; in a fused first step they
     are read off step_logp, whose rows of the current micro-batch are filled before its loss.
-    entropy: when given `[B, T]`, receives the token entropy of `rows` (fused first step).
+    entropy: when given `[B, T]`, receives the token entropy of those rows (fused first step).
     """
     optimizer.zero_grad(set_to_none=True)
-    for chunk in _micro_batches(batch, rows, cfg.micro_batch_size):
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for chunk in chunks:
         hidden: list[Tensor] | None = [] if entropy is not None else None
         out = _forward_logprobs(model, batch, chunk, cfg, precision, hidden)
         index = torch.tensor(chunk, device=out.logp.device)
@@ -244,14 +276,18 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
         if cfg.trim_heap and cfg.trim_heap_each_micro_batch:
             del out, hidden  # this micro-batch's last references, so its activations are free to return
             trim_heap()
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not chunks:  # every row skipped: their backward would have left zeros, which the step still applies
+        for p in params:
+            p.grad = torch.zeros_like(p)
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     optimizer.step()
-    # The whole batch at once (no gradient): its loss is the sum of the micro-batch shares, and
-    # the clip/ratio fractions are over the batch, not over the last micro-batch.
+    # The forwarded rows at once (no gradient): their loss is the sum of the micro-batch shares, the
+    # full-batch loss (a skipped row's share is 0), and the clip/ratio fractions are over the forwarded
+    # rows, not over the last micro-batch; a skipped row's ratio at this theta is never computed.
+    index = torch.tensor(sorted(row for chunk in chunks for row in chunk), dtype=torch.long, device=step_logp.device)
     with torch.no_grad():
-        full = compute_loss(step_logp, inputs_at(step_logp), settings)
+        full = compute_loss(step_logp[index], inputs_at(step_logp).rows(index, step_logp.shape[1]), settings)
     return {"loss": full.loss.item(), "grad_norm": grad_norm, **full.metrics}
 
 
@@ -281,10 +317,16 @@ def rl_update(
     truncated and unparsable outputs are where the mismatch grows), trainer_ppl, entropy (nats,
     mean over valid response tokens), mismatch_* (`mismatch_stats` of the correction);
     zero_variance_group_frac, advantages_std, num_dropped_groups, num_train_sequences,
-    num_train_tokens; per inner step, the last step's loss, policy_loss, kl_loss / kl_cov_loss
+    num_train_tokens (the loss's normalizers: skipped rows included); num_skipped_rows and
+    num_skipped_tokens (response tokens), the trained rows not forwarded in the inner steps because
+    their gradient is exactly 0 (cfg.skip_zero_gradient_rows; 0 when off). vllm_kl, vllm_kl_all,
+    trainer_ppl, entropy, mismatch_* and kl_ref_k1 still cover every (valid) row: a skipped row is
+    scored at theta_k without gradient, as the unskipped update would have scored it. Per inner step, the
+    last step's loss, policy_loss, kl_loss / kl_cov_loss
     (when those terms exist), grad_norm (before clipping), clip_frac_low/high and clip_frac
     (per token, or per sequence at level 'sequence'), ratio_mean, with `_mean` over steps, and
-    ratio_max/min over steps; lr, train_tokens_per_s, seconds; skipped = 1.0 when no step was
+    ratio_max/min over steps: the clip and ratio metrics cover the rows forwarded in the steps (not
+    the skipped ones, whose ratio at the step's theta is never computed; they cannot clip, A = 0); lr, train_tokens_per_s, seconds; skipped = 1.0 when no step was
     taken (vllm_kl above cfg.max_vllm_kl, or no response token to train on). With cfg.trim_heap,
     the heap the update freed (its activations) goes back to the OS before returning.
     """
@@ -318,16 +360,21 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
 
     # 1. theta_k's view of the batch (no grad), over EVERY row with response tokens: invalid rows
     # get no gradient, but their mismatch is measured (vllm_kl_all). They are scored in a pass of
-    # their own so the valid rows are chunked as in the inner steps: the first step's log-probs
-    # then equal pi_old bit for bit (KL-Cov's |logp - old_logp| has a sign(float noise) gradient
-    # at 0 otherwise, and micro-batch invariance would depend on where invalid rows sit).
-    # Fused (module docstring): the rows to be trained are scored by the first step's own forward.
+    # their own, and the valid rows in the parts the inner steps chunk them in (`_chunks`): the first
+    # step's log-probs then equal pi_old bit for bit (KL-Cov's |logp - old_logp| has a sign(float
+    # noise) gradient at 0 otherwise, and micro-batch invariance would depend on where invalid rows
+    # sit). KL in the reward needs every row's log-probs for the advantages, so it scores first, in one
+    # part. Fused (module docstring): the rows to be trained are scored by the first step's own forward.
+    def score(parts: list[list[int]]) -> tuple[Tensor, Tensor]:
+        return _score_rows(model, batch, parts, invalid_rows, width, cfg, precision)
+
     ref_logp = None
     if cfg.kl_coef > 0:
-        ref_logp, _ = _scoring_pass(ref_model, batch, valid_rows, width, cfg, False, precision)
-    trainer_logp, entropy = None, None  # fused: from the step's forward (advantages do not need them then)
-    if not fused:
-        trainer_logp, entropy = _score_rows(model, batch, valid_rows, invalid_rows, width, cfg, precision)
+        ref_logp, _ = _scoring_pass(ref_model, batch, _micro_batches(batch, valid_rows, cfg.micro_batch_size), width,
+                                    cfg, False, precision)
+    trainer_logp, entropy = None, None  # from the step's forward when fused
+    if cfg.kl_coef > 0 and cfg.kl_placement == "reward":  # never fused
+        trainer_logp, entropy = score([valid_rows])
 
     # 2. Advantages. Zero-variance groups are counted on the verifier's rewards (the task
     # signal) and dropped, when asked, by the rewards the advantages use (KL-shaped ones differ).
@@ -345,30 +392,43 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
     kept = torch.zeros(batch.num_rows, dtype=torch.bool, device=device)
     kept[torch.tensor(rows, dtype=torch.long, device=device)] = True
     train_mask = response_mask * kept[:, None]
+    # Trained rows with gradient (`live`) and without (`zero`), chunked apart whether or not the
+    # latter are skipped, so skipping them changes no other micro-batch. They stay in `train_mask`:
+    # the normalizers (tokens, sequences) are the whole batch's.
+    zero = _zero_gradient_rows(cfg, rows, advantages)
+    live = [i for i in rows if i not in set(zero)]
+    skipped_rows = zero if cfg.skip_zero_gradient_rows else []
+    step_chunks = _chunks(batch, [live] if cfg.skip_zero_gradient_rows else [live, zero], cfg.micro_batch_size)
+    trained = set(rows)
+    untrained = [i for i in valid_rows if i not in trained]  # dropped groups: scored for the metrics only
     metrics.update({
         "advantages_std": float(advantages[valid].std()) if int(valid.sum()) > 1 else 0.0,
         "num_dropped_groups": float(dropped.sum()),
         "num_train_sequences": float(len(rows)),
         "num_train_tokens": float(train_mask.sum()),
+        "num_skipped_rows": float(len(skipped_rows)),
+        "num_skipped_tokens": float(sum(len(batch.response_ids[i]) for i in skipped_rows)),
     })
+    if not fused and trainer_logp is None:
+        trainer_logp, entropy = score([live, zero, untrained])
 
     # 3. Everything algorithm-specific, once; the inner steps only evaluate `compute_loss`. Fused:
     # the one step reads pi_old and the correction off its own forward, micro-batch by micro-batch
-    # (every input is per row there), and theta_k's metrics follow from the same log-probs.
+    # (every input is per row there), and theta_k's metrics follow from the same log-probs. The rows
+    # it skips are scored without gradient, chunked as the step would have, so every metric below
+    # still covers every valid row, with the values the unskipped update reports.
     settings = loss_settings(cfg)
     steps = []
     train_start = time.perf_counter()
     if fused:
-        trained = set(rows)
-        trainer_logp, entropy = _score_rows(model, batch, [i for i in valid_rows if i not in trained], invalid_rows,
-                                            width, cfg, precision)
+        trainer_logp, entropy = score([skipped_rows, untrained])
         if rows:
             def inputs_at(logp: Tensor) -> LossInputs:
                 return _loss_inputs(cfg, train_mask, advantages, logp, engine_logp, correction_of(logp), ref_logp,
                                     generator)
 
-            steps.append(_inner_step(model, optimizer, batch, rows, inputs_at, trainer_logp, settings, cfg, precision,
-                                     entropy))
+            steps.append(_inner_step(model, optimizer, batch, step_chunks, inputs_at, trainer_logp, settings, cfg,
+                                     precision, entropy))
     correction = correction_of(trainer_logp)
     num_valid_tokens = valid_mask.sum().clamp(min=1)
     metrics.update({
@@ -388,10 +448,11 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
 
     inputs = _loss_inputs(cfg, train_mask, advantages, trainer_logp, engine_logp, correction, ref_logp, generator)
     for _ in range(cfg.num_inner_steps - len(steps)):
-        steps.append(_inner_step(model, optimizer, batch, rows, lambda _logp: inputs, torch.zeros_like(trainer_logp),
-                                 settings, cfg, precision))
+        steps.append(_inner_step(model, optimizer, batch, step_chunks, lambda _logp: inputs,
+                                 torch.zeros_like(trainer_logp), settings, cfg, precision))
     train_seconds = time.perf_counter() - train_start
-    num_forward_tokens = sum(len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in rows)
+    num_forward_tokens = sum(len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for chunk in step_chunks
+                             for i in chunk)
     metrics.update(_summarize_steps(steps))
     metrics.update({
         "skipped": 0.0,
