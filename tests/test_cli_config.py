@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from passband.flows.cli import FLOWS, load_flow, main
+from passband.cli.main import FLOWS, load_flow, main
 from passband.flows.config import preset_names, resolve_config
 
 

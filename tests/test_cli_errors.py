@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from passband.flows.cli import FLOWS, main
+from passband.cli.main import FLOWS, main
 from passband.flows.config import preset_names
 
 BIN = Path(sys.executable).parent / "passband"

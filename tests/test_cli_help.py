@@ -6,7 +6,7 @@ import re
 
 from click.testing import CliRunner
 
-from passband.flows.cli import main
+from passband.cli.main import main
 from passband.flows.config import resolve_config
 from passband.flows.rl import RLConfig
 

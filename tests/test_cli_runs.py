@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from passband.flows.cli import main
+from passband.cli.main import main
 from passband.tasks.reporting import tracking
 
 BIN = Path(sys.executable).parent / "passband"

@@ -90,7 +90,7 @@ def test_bad_values_name_the_field() -> None:
 
 
 def test_every_flow_ships_smoke_demo_and_gpu_presets_that_validate() -> None:
-    from passband.flows.cli import FLOWS, load_flow
+    from passband.cli.main import FLOWS, load_flow
 
     for name in FLOWS:
         assert {"smoke", "demo", "gpu"} <= set(preset_names(name)), name

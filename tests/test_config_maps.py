@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 from pydantic import BaseModel, ValidationError
 
-from passband.flows.cli import FLOWS, load_flow, main
+from passband.cli.main import FLOWS, load_flow, main
 from passband.flows.config import ConfigError, config_class, entry_class, preset_names, resolve_config
 
 CASES = [(flow, preset) for flow in FLOWS for preset in [None, *preset_names(flow)]]

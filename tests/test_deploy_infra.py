@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from passband.flows.cli import FLOWS
+from passband.cli.main import FLOWS
 from passband.tasks.host.settings import StackSettings
 
 INFRA = Path(__file__).resolve().parent.parent / "infra"
@@ -126,7 +126,7 @@ def test_gpu_job_template_requests_gpus_and_declares_every_placeholder():
 
 
 def test_deployment_entry_resolves_preset_schedule_and_pull_step(monkeypatch):
-    from passband.flows.deploy import REPO_ROOT, load_deployment_file, resolve_deployment
+    from passband.cli.deploy import REPO_ROOT, load_deployment_file, resolve_deployment
 
     monkeypatch.setenv("PASSBAND_REPO", "/srv/passband")
     spec = load_deployment_file(INFRA / "prefect.yaml")
@@ -148,7 +148,7 @@ def test_deployment_entry_resolves_preset_schedule_and_pull_step(monkeypatch):
 
 
 def test_gpu_deployment_carries_the_gpu_preset_and_runs_from_the_image():
-    from passband.flows.deploy import load_deployment_file, resolve_deployment
+    from passband.cli.deploy import load_deployment_file, resolve_deployment
 
     spec = load_deployment_file(INFRA / "prefect.yaml")
     (entry,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/sample.py:sample" and d["name"] == "gpu"]

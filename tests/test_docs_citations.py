@@ -129,7 +129,7 @@ def symbol_problem(path: str, symbol: str) -> str | None:
 def config_classes() -> dict[str, list[type]]:
     """Config class name -> the classes of that name that docs/config.md documents."""
     from passband.curation.catalog import TASKS
-    from passband.flows.config_reference import flow_configs, reachable
+    from passband.cli.config_reference import flow_configs, reachable
 
     by_name: dict[str, list[type]] = {}
     for cls in reachable([*flow_configs().values(), *(task.SuiteOptions for task in TASKS.values())]):
@@ -144,7 +144,7 @@ def field_types(cls: type) -> dict[str, object]:
 
 
 def config_problem(span: str) -> str | None:
-    from passband.flows.config_reference import nested_configs
+    from passband.cli.config_reference import nested_configs
 
     match = CONFIG_CITATION.match(re.split(r"\s*=\s*", span, maxsplit=1)[0])
     if match is None or match.group(1) not in config_classes():

@@ -1,11 +1,11 @@
-"""docs/config.md is the config reference the classes generate (flows/config_reference.py)."""
+"""docs/config.md is the config reference the classes generate (infra/cli/config_reference.py)."""
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
 
-from passband.flows.config_reference import COMMAND, anchor, render_reference
+from passband.cli.config_reference import COMMAND, anchor, render_reference
 from passband.flows.sft import SFTConfig
 from passband.flows.curate_config import SFTConfig as CurateSFTConfig
 

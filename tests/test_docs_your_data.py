@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from passband.curation.catalog import TASKS
 from passband.curation.holdout import hold_out
 from passband.curation.suites.loaders import load_rows
-from passband.flows.cli import main
+from passband.cli.main import main
 from passband.flows.config import resolve_config
 from passband.flows.pipeline import PipelineConfig
 from passband.training.sft.sources import read_chat_rows

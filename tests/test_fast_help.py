@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from passband.flows.cli import FLOWS
+from passband.cli.main import FLOWS
 
 PROBE = """
 import contextlib, io, sys
-from passband.flows.cli import main
+from passband.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
     try:
         main({argv!r})

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from passband.curation.suites.loaders import MAX_RAW_CHARS, load_rows
-from passband.flows.verify_cmd import EXIT_QUARANTINED, exit_status, verify_file
+from passband.cli.verify_cmd import EXIT_QUARANTINED, exit_status, verify_file
 
 NUM_LINES = 150
 

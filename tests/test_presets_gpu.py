@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from passband.flows.cli import FLOWS, load_flow
+from passband.cli.main import FLOWS, load_flow
 from passband.flows.config import resolve_config
 from passband.training.engines.config import EngineConfig
 

@@ -357,7 +357,7 @@ def test_s3_server_frozen_mid_run(stack, smollm2_dir, tmp_path) -> None:
 def test_up_postgres_refuses_the_local_stacks_workers(tmp_path, monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from passband.flows.cli import main
+    from passband.cli.main import main
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
     result = CliRunner().invoke(main, ["up", "--stack", "postgres", "--worker"])

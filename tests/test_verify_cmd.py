@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from passband.flows.verify_cmd import verify_file
+from passband.cli.verify_cmd import verify_file
 
 
 def _write(path, lines):

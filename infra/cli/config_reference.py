@@ -1,6 +1,6 @@
 """docs/config.md: every flow's config, field by field, generated from the config classes.
 
-    python -m passband.flows.config_reference > docs/config.md
+    python -m passband.cli.config_reference > docs/config.md
 
 Each config class reachable from a flow's config (through its fields' types: nested configs,
 `dict[str, X]`, `list[X]`, `X | None`) gets one section, in the order a depth-first walk of the
@@ -24,7 +24,7 @@ import annotated_types
 from pydantic import BaseModel, ConfigDict, create_model
 from pydantic.fields import FieldInfo
 
-COMMAND = "python -m passband.flows.config_reference > docs/config.md"
+COMMAND = "python -m passband.cli.config_reference > docs/config.md"
 # annotated_types constraint -> how the reference writes it
 BOUNDS = {annotated_types.Ge: (">=", "ge"), annotated_types.Gt: (">", "gt"), annotated_types.Le: ("<=", "le"),
           annotated_types.Lt: ("<", "lt"), annotated_types.MinLen: ("min length", "min_length"),
@@ -33,7 +33,7 @@ BOUNDS = {annotated_types.Ge: (">=", "ge"), annotated_types.Gt: (">", "gt"), ann
 
 def flow_configs() -> dict[str, type[BaseModel]]:
     """Flow name -> its config class, in the CLI's order."""
-    from passband.flows.cli import FLOWS
+    from passband.cli.main import FLOWS
 
     return {name: getattr(importlib.import_module(module), config_name)
             for name, (module, _, config_name) in FLOWS.items()}

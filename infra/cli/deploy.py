@@ -18,7 +18,7 @@ from typing import Any
 
 from passband.flows.config import read_yaml, resolve_config
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # infra/cli/deploy.py -> the checkout
 DEFAULT_PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
 
 

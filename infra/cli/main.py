@@ -156,7 +156,7 @@ def config_command(flow_name: str, preset: str | None, config_file: Path | None,
 
     Save it, edit it and pass it back with `passband run FLOW --config FILE`.
     """
-    from passband.flows.config_cmd import render_config, render_schema
+    from passband.cli.config_cmd import render_config, render_schema
 
     if schema:
         click.echo(render_schema(load_flow(flow_name)[1]), nl=False)
@@ -170,7 +170,7 @@ def config_command(flow_name: str, preset: str | None, config_file: Path | None,
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
 def runs(limit: int, as_json: bool) -> None:
     """List the experiment's most recent MLflow runs (reads only; stages show as FLOW/STAGE)."""
-    from passband.flows.runs_cmd import render_json, render_table
+    from passband.cli.runs_cmd import render_json, render_table
     from passband.tasks.reporting.runs import recent_runs
 
     rows = recent_runs(limit)
@@ -264,7 +264,7 @@ def verify(task_name: str, input_path: Path, output_path: Path, answer_format: s
       structured  {"fields": {"key": value}}
     """
     from passband.flows.config import ConfigError
-    from passband.flows.verify_cmd import exit_status, verify_file
+    from passband.cli.verify_cmd import exit_status, verify_file
 
     settings = {k: v for k, v in {"answer_format": answer_format, "mode": mode}.items() if v is not None}
     try:
@@ -281,7 +281,7 @@ def verify(task_name: str, input_path: Path, output_path: Path, answer_format: s
               help="Deployment file (default: infra/prefect.yaml).")
 def deploy(prefect_file: Path | None) -> None:
     """Register every flow's deployments (infra/prefect.yaml) with the Prefect server."""
-    from passband.flows.deploy import register_deployments
+    from passband.cli.deploy import register_deployments
 
     for name in register_deployments(prefect_file):
         click.echo(f"registered {name}")
