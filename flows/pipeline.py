@@ -20,7 +20,7 @@ from typing import Any, Literal
 from prefect import flow
 from pydantic import Field, field_validator, model_validator
 
-from passband.flows.config import Config
+from passband.flows.config import Config, dump_with_removed_entries
 from passband.flows.curate import CurateConfig
 from passband.flows.evaluate import EvaluateConfig
 from passband.flows.rl_config import RLConfig
@@ -50,6 +50,12 @@ class PipelineConfig(Config):
     """Multi-task RL from the SFT checkpoint; may name `@recurate.rl_<task>`/`@curate.*` datasets."""
     evaluate: EvaluateConfig = EvaluateConfig()
     """Held-out evaluation run once per checkpoint (its `model`/`baseline` are set here)."""
+    training_seed: int = Field(0, ge=0)
+    """Added to every training-side seed: curation's sampling (`curate.engine.seed`, so pass rates,
+    corrections and synthetic answers, and the re-curation), each SFT stage's data order
+    (`sft.stages[*].seed`) and RL's prompt order and rollouts (`rl.seed`). The eval splits (curate's
+    `holdout_seed`, every suite's seed) and every evaluation's sampling are left as written, so two
+    runs that differ here differ only in training. 0: the stage configs' seeds as written."""
     registered_model: str = Field("passband-reasoner", min_length=1)
     """MLflow registered-model name for the best checkpoint."""
     best_metric: str = "pass@1"
@@ -94,6 +100,17 @@ def bind_refs(value: Any, outputs: dict[str, dict[str, str]]) -> Any:
             raise ValueError(f"pipeline reference {value!r} names no output of a finished stage ({available})")
         return outputs[stage][name]
     return value
+
+
+def with_training_seed(config: PipelineConfig) -> PipelineConfig:
+    """`config` with `training_seed` added to the training seeds its docstring names, built whole."""
+    data = dump_with_removed_entries(config)  # a default map entry the user removed stays removed
+    offset = config.training_seed
+    data["curate"]["engine"]["seed"] += offset
+    for stage in data["sft"]["stages"]:
+        stage["seed"] += offset
+    data["rl"]["seed"] += offset
+    return PipelineConfig.model_validate({**data, "training_seed": 0})
 
 
 def _stage_config(config_cls: type[Config], config: Config, outputs: dict[str, dict[str, str]],
@@ -200,6 +217,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     start = time.perf_counter()
     statistic = config.best_metric
     with stage_run("pipeline", config, parent_run_id, cache=False) as run:
+        config = with_training_seed(config)
         run_id, placed = run.run_id, config.placement.get
         runs: dict[str, RunSummary] = {}
         outputs: dict[str, dict[str, str]] = {}
