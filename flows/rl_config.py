@@ -9,6 +9,7 @@ from passband.curation.catalog import TASKS, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
 from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
 
 # Settings that change how a run proceeds, not what it produces: left out of the cache and run keys.
 RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run"}
@@ -100,6 +101,10 @@ class RLConfig(Config):
     """Rollout engine; it lives beside the trainer, so its KV cache holds one rollout batch and no more,
     and it runs inside the flow's process (no second copy of python, torch and vLLM in processes of
     its own; see EngineConfig.in_process)."""
+    dynamic_sampling: DynamicSamplingConfig | None = None
+    """DAPO's dynamic sampling (training/rl/dynamic_sampling.py): sample rounds of prompts until the
+    batch holds `prompts_per_step` groups whose rewards differ (None: one round, every group trained
+    on; `algo.skip_zero_gradient_rows` then skips the zero-variance groups' compute)."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
     """The update: objective, clipping, inner steps, mismatch correction, KL, entropy options."""
     reward: RewardConfig = RewardConfig()

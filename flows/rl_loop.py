@@ -36,33 +36,20 @@ def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
     metrics. Advances trainer.state's iteration and prompt cursor."""
     import torch
 
+    from passband.flows.rl_rollouts import collect_rollouts
     from passband.tasks.host.memory import PhasePeaks, resident_gb
-    from passband.tasks.steps.rl import push_weights, score_rollouts
-    from passband.tasks.steps.rollout import generate, rollout_stats
-    from passband.training.chat import render_prompt
-    from passband.training.rl.batching import build_rollout_batch
-    from passband.training.rl.prompt_cursor import draw_prompts
+    from passband.tasks.steps.rl import push_weights
     from passband.training.rl.rollout_metrics import zero_variance_fractions
     from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
-    weights = {task: weight for task, weight in config.weights().items() if task in problems}  # empty sets left out
-    picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
-                                   trainer.state.consumed, config.prompts_per_step, config.seed)
-    rows = [problems[task][index] for task, index in picks]
-    prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
     peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
     with peaks.phase("rollout"):
-        sampling = config.sampling.model_copy(update={"seed": iteration_seed(config, iteration)})
-        samples, rollout_s = generate(engine, prompts, sampling)
+        rollouts = collect_rollouts(config, trainer, engine, problems, iteration, iteration_seed(config, iteration))
         # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
         engine.release_weights()
+    batch = rollouts.batch
     with peaks.phase("training"):
-        scoring_start = time.perf_counter()
-        rewards, valid, status_metrics = score_rollouts(rows, samples, config.reward.verifiers)
-        batch = build_rollout_batch(samples, rewards, valid, [row["task"] for row in rows],
-                                    config.reward.mask_truncated)
-        scoring_s = time.perf_counter() - scoring_start
         train_start = time.perf_counter()
         generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
         metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
@@ -72,14 +59,13 @@ def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
         push_weights(trainer.model, engine, scratch)
         sync_s = time.perf_counter() - sync_start
 
-    metrics |= zero_variance_fractions(batch) | status_metrics
-    metrics["rollout_tokens_per_s"] = rollout_stats(samples, rollout_s)["tokens_per_s"]
+    metrics |= zero_variance_fractions(batch) | rollouts.metrics
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
-    metrics |= {"seconds/rollout": rollout_s, "seconds/scoring": scoring_s, "seconds/training": train_s,
+    metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,
                 "seconds/weight_sync": sync_s, "seconds/iteration": time.perf_counter() - start}
-    trainer.state.iteration, trainer.state.consumed = iteration, consumed
-    trainer.state.prompt_ids = [row["id"] for row in rows]
+    trainer.state.iteration, trainer.state.consumed = iteration, rollouts.consumed
+    trainer.state.prompt_ids = [group.row["id"] for group in rollouts.groups]
     return metrics
 
 

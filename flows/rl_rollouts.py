@@ -1,0 +1,107 @@
+"""One iteration's scored rollouts: draw prompts from the seeded cursor, sample, verify, batch;
+with dynamic sampling (training/rl/dynamic_sampling.py), in rounds until the batch holds
+`prompts_per_step` groups whose rewards differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from passband.flows.rl_config import RLConfig
+
+if TYPE_CHECKING:  # torch-backed: imported where the flow runs
+    from passband.training.engines import RolloutEngine
+    from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.trainer import RLTrainer
+
+
+@dataclass
+class ScoredGroup:
+    """One prompt's group: its row, its G samples, their rewards and valid flags."""
+
+    row: dict[str, Any]
+    samples: list[Any]
+    rewards: list[float | None]
+    valid: list[bool]
+
+
+@dataclass
+class Rollouts:
+    """What an iteration trains on, and how it was gathered."""
+
+    groups: list[ScoredGroup]
+    batch: RolloutBatch
+    consumed: dict[str, int]
+    """The prompt cursor after every prompt drawn (all rounds)."""
+    metrics: dict[str, float]
+    """Verifier-status counts of every rollout sampled, rollout speed, dynamic-sampling counts."""
+    rollout_s: float
+    scoring_s: float
+
+
+def _sample_round(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
+                  consumed: dict[str, int], num_prompts: int, seed: int) -> tuple[list[ScoredGroup], dict, dict, float, float]:
+    """(groups, cursor after, status counts, rollout s, scoring s) of one round of `num_prompts`."""
+    import time
+
+    from passband.tasks.steps.rl import score_rollouts
+    from passband.tasks.steps.rollout import generate
+    from passband.training.chat import render_prompt
+    from passband.training.rl.prompt_cursor import draw_prompts
+
+    weights = {task: weight for task, weight in config.weights().items() if task in problems}  # empty sets left out
+    picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
+                                   consumed, num_prompts, config.seed)
+    rows = [problems[task][index] for task, index in picks]
+    prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
+    samples, rollout_s = generate(engine, prompts, config.sampling.model_copy(update={"seed": seed}))
+    scoring_start = time.perf_counter()
+    rewards, valid, counts = score_rollouts(rows, samples, config.reward.verifiers)
+    groups = [ScoredGroup(*parts) for parts in zip(rows, samples, rewards, valid)]
+    return groups, consumed, counts, rollout_s, time.perf_counter() - scoring_start
+
+
+def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
+    from passband.training.rl.batching import build_rollout_batch
+
+    return build_rollout_batch([g.samples for g in groups], [g.rewards for g in groups], [g.valid for g in groups],
+                               [g.row["task"] for g in groups], config.reward.mask_truncated)
+
+
+def _zero_variance(batch: RolloutBatch) -> list[bool]:
+    import torch
+
+    from passband.training.rl.advantages import zero_variance_groups
+
+    return [bool(z) for z in zero_variance_groups(torch.tensor(batch.rewards, dtype=torch.float32),
+                                                  batch.group_size, torch.tensor(batch.valid))]
+
+
+def collect_rollouts(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
+                     iteration: int, iteration_seed: int) -> Rollouts:
+    """The iteration's scored groups from the cursor at trainer.state.consumed (left unchanged)."""
+    from passband.tasks.steps.rollout import rollout_stats
+    from passband.training.rl.dynamic_sampling import GroupPool, round_prompts, round_seed
+
+    dynamic = config.dynamic_sampling
+    if dynamic is None:
+        groups, consumed, counts, rollout_s, scoring_s = _sample_round(
+            config, trainer, engine, problems, trainer.state.consumed, config.prompts_per_step, iteration_seed)
+        speed = rollout_stats([g.samples for g in groups], rollout_s)["tokens_per_s"]
+        return Rollouts(groups, _batch(config, groups), consumed, counts | {"rollout_tokens_per_s": speed},
+                        rollout_s, scoring_s)
+
+    pool: GroupPool[ScoredGroup] = GroupPool(need=config.prompts_per_step)
+    consumed, counts, rollout_s, scoring_s, samples, rounds = trainer.state.consumed, {}, 0.0, 0.0, [], 0
+    while pool.missing > 0 and rounds < dynamic.max_rounds:
+        groups, consumed, round_counts, round_s, round_scoring_s = _sample_round(
+            config, trainer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
+            round_seed(iteration_seed, rounds))
+        pool.add_round(groups, _zero_variance(_batch(config, groups)))
+        counts = {name: counts.get(name, 0.0) + round_counts.get(name, 0.0) for name in {*counts, *round_counts}}
+        rounds, rollout_s, scoring_s = rounds + 1, rollout_s + round_s, scoring_s + round_scoring_s
+        samples += [g.samples for g in groups]
+    kept = pool.batch(dynamic.when_short, iteration, rounds)
+    metrics = counts | pool.metrics(rounds) | {"rollout_tokens_per_s": rollout_stats(samples, rollout_s)["tokens_per_s"]}
+    return Rollouts(kept, _batch(config, kept), consumed, metrics, rollout_s, scoring_s)
