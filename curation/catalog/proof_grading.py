@@ -71,7 +71,9 @@ class ProofGradingTask(Task):
             if missing:
                 return None, f"proof_grading needs str {' and '.join(map(repr, missing))} (or a rendered 'prompt')"
             row = {**row, "prompt": grading_prompt(row["problem"], row["solution"])}
-        if "reference" not in row and "score" in row:
+        if "reference" not in row:
+            if "score" not in row:
+                return None, "proof_grading needs a label: 'score' (0, 0.5 or 1) or a 'reference' {\"score\": s}"
             row = {**{key: value for key, value in row.items() if key != "score"}, "reference": {"score": row["score"]}}
         return row, None
 
