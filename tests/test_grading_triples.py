@@ -110,3 +110,21 @@ def test_bad_requests_say_what_to_change():
     assert len(generate_triples(361, 0, 0, balanced=False)) == 361
     with pytest.raises(ValueError, match="ran out of distinct questions after 361 for 362"):
         generate_triples(362, 0, 0, balanced=False)
+
+
+def test_worked_analyses_earn_the_full_reward_with_the_defect_check():
+    from passband.curation.grading.analyses import worked_analysis
+    from passband.curation.grading.reward import verify_grading
+
+    assert worked_analysis({"score": 0.5, "defect": "minor_slip", "defect_step": 2}) == (
+        "Here is my evaluation of the solution:\n"
+        "Issue in step 2: a number in its computation is written wrong, although the value it reaches is right.\n"
+        "Based on my evaluation, the final overall score should be: \\boxed{0.5}")
+    rows = generate_triples(60, 4, 2)
+    results = verify_grading([worked_analysis(row["reference"]) for row in rows], [row["reference"] for row in rows],
+                             meta="defect_check")
+    assert {(r.score, r.status) for r in results} == {(1.0, "pass")}
+    # and an analysis of one triple, given to the next (another defect or none), does not
+    shifted = verify_grading([worked_analysis(row["reference"]) for row in rows[1:]],
+                             [row["reference"] for row in rows[:-1]], meta="defect_check")
+    assert max(r.score for r in shifted) < 1.0
