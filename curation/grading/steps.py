@@ -65,12 +65,17 @@ def apply(op: str, left: Fraction, right: Fraction) -> Fraction:
     raise ValueError(f"unknown step operator {op!r}")
 
 
+def operands(step: Step, computed: list[Fraction]) -> tuple[Fraction, Fraction]:
+    """The step's two numbers, earlier steps' values (as `computed` holds them) filled in."""
+    left, right = (computed[x.step - 1] if isinstance(x, Ref) else x for x in (step.left, step.right))
+    return left, right
+
+
 def values(chain: list[Step], wrong_at: int | None = None, delta: int = 0) -> list[Fraction]:
     """Each step's value; step `wrong_at` (1-based) off by `delta`, and later steps computed from it."""
     computed: list[Fraction] = []
     for number, step in enumerate(chain, start=1):
-        left, right = (computed[x.step - 1] if isinstance(x, Ref) else x for x in (step.left, step.right))
-        computed.append(apply(step.op, left, right) + (delta if number == wrong_at else 0))
+        computed.append(apply(step.op, *operands(step, computed)) + (delta if number == wrong_at else 0))
     return computed
 
 
@@ -90,7 +95,7 @@ def render_solution(chain: list[Step], defect: Defect) -> str:
         if defect.kind == "unjustified_step" and number == defect.step:
             lines.append(f"Step {number}: {step.target[0].upper()}{step.target[1:]} = {_show(value, False)}.")
             continue
-        left, right = (computed[x.step - 1] if isinstance(x, Ref) else x for x in (step.left, step.right))
+        left, right = operands(step, computed)
         if defect.kind == "minor_slip" and number == defect.step:
             left, right = (left + defect.delta, right) if defect.side == "left" else (left, right + defect.delta)
         lines.append(f"Step {number}: {step.reason}: {step.target} = {_show(left)} {step.op} {_show(right)} "
@@ -100,17 +105,11 @@ def render_solution(chain: list[Step], defect: Defect) -> str:
     return "\n".join(lines)
 
 
-def stated_answer(chain: list[Step], defect: Defect) -> Fraction:
-    """The answer the solution's last line states."""
-    computed = values(chain, defect.step if defect.kind == "wrong_step" else None, defect.delta)
-    return computed[-1] + (defect.delta if defect.kind == "wrong_result" else 0)
-
-
 def slip_sides(chain: list[Step], number: int, delta: int) -> list[str]:
     """The operands of step `number` whose miswriting by `delta` makes its shown computation false."""
     computed = values(chain)
     step = chain[number - 1]
-    left, right = (computed[x.step - 1] if isinstance(x, Ref) else x for x in (step.left, step.right))
+    left, right = operands(step, computed)
     value = computed[number - 1]
     sides = []
     if apply(step.op, left + delta, right) != value:
