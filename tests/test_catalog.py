@@ -13,15 +13,15 @@ from passband.curation.verifiers import verify
 
 
 def test_every_registered_task_is_in_the_helpers():
-    assert list(TASKS) == ["math", "code", "ifeval", "structured"]
-    assert typing.get_args(TaskName) == ("math", "code", "ifeval", "structured")
-    assert list(VerifierSettings.model_fields) == ["math", "code", "ifeval", "structured"]
+    assert list(TASKS) == ["math", "code", "ifeval", "structured", "proof_grading"]
+    assert typing.get_args(TaskName) == ("math", "code", "ifeval", "structured", "proof_grading")
+    assert list(VerifierSettings.model_fields) == ["math", "code", "ifeval", "structured", "proof_grading"]
     assert all(t.name == name for name, t in TASKS.items())
 
 
 def test_task_names_are_checked():
     assert task("structured") is TASKS["structured"]
-    with pytest.raises(ValueError, match="unknown task 'chess'; valid tasks: math, code, ifeval, structured"):
+    with pytest.raises(ValueError, match="unknown task 'chess'; valid tasks: math, code, ifeval, structured, proof_grading"):
         task("chess")
 
     class Config(pydantic.BaseModel):
@@ -46,14 +46,26 @@ def test_verifier_settings_defaults_and_validation():
         VerifierSettings(poetry={})
 
 
+def test_a_task_registered_after_the_shard_keys_leaves_their_settings_dump_alone():
+    # pass-rate and eval shard keys hash this dump and seed their sampling from the key: the four
+    # tasks' dump is what it was before proof_grading was registered, unless its settings are set
+    assert list(VerifierSettings().model_dump(mode="json")) == ["math", "code", "ifeval", "structured"]
+    assert VerifierSettings().model_dump(mode="json")["math"] == {"answer_format": "plain", "timeout_s": 5}
+    meta = VerifierSettings(proof_grading={"meta": "defect_check"})
+    assert meta.model_dump(mode="json")["proof_grading"] == {"meta": "defect_check", "unformatted": "unparsable"}
+    assert VerifierSettings.model_validate(meta.model_dump(mode="json")) == meta
+    assert VerifierSettings.model_validate(VerifierSettings().model_dump(mode="json")).proof_grading.meta == "off"
+
+
 def test_default_bands_are_the_recipes():
     assert {name: str(t.default_band) for name, t in TASKS.items()} == {
-        "math": "(0, 0.8]", "code": "(0, 0.8]", "ifeval": "(0, 0.4]", "structured": "(0, 0.8]"}
+        "math": "(0, 0.8]", "code": "(0, 0.8]", "ifeval": "(0, 0.4]", "structured": "(0, 0.8]",
+        "proof_grading": "(0, 0.8]"}
     assert all(isinstance(t.default_band, BandFilter) for t in TASKS.values())
     assert not TASKS["ifeval"].default_band.contains(0.5) and TASKS["math"].default_band.contains(0.5)
 
 
-@pytest.mark.parametrize("name", ["math", "code", "ifeval", "structured"])
+@pytest.mark.parametrize("name", ["math", "code", "ifeval", "structured", "proof_grading"])
 def test_each_suite_through_load_problems_matches_its_task_and_eval_defaults_generate(name):
     defaults = TASKS[name].eval_defaults
     rows = load_problems(suite=name, num_problems=defaults.num_problems, seed=defaults.seed,
@@ -76,7 +88,7 @@ def test_load_problems_passes_suite_options_only_to_suites_that_have_them():
     assert all(len(row["reference"]["instructions"]) == 1 for row in one)
     with pytest.raises(pydantic.ValidationError):
         load_problems(suite="code", num_problems=2, options={"max_constraints": 1})
-    with pytest.raises(ValueError, match="unknown suite 'chess': expected one of math, code, ifeval, structured"):
+    with pytest.raises(ValueError, match="unknown suite 'chess': expected one of math, code, ifeval, structured, proof_grading"):
         load_problems(suite="chess")
 
 

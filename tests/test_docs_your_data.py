@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from passband.curation.catalog import TASKS
+from passband.curation.grading.texts import EVALUATION_PHRASE, SCORE_PHRASE
 from passband.curation.holdout import hold_out
 from passband.curation.suites.loaders import load_rows
 from passband.cli.main import main
@@ -62,13 +63,15 @@ def test_example_rows_load_and_their_references_verify(tmp_path: Path) -> None:
     path.write_text(block("jsonl problems"))
     loaded = load_rows(str(path))
     assert loaded.quarantined == []
-    assert [row["task"] for row in loaded.rows] == ["math", "code", "code", "ifeval", "structured"]
+    assert [row["task"] for row in loaded.rows] == ["math", "code", "code", "ifeval", "structured", "proof_grading"]
     right = ["17 + 25 = 42", "```python\ndef rev(s):\n    return s[::-1]\n```",
              "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
-             "soft rain on the roof\nthe street shines", '{"origin": "Lyon", "destination": "Milan"}']
+             "soft rain on the roof\nthe street shines", '{"origin": "Lyon", "destination": "Milan"}',
+             f"{EVALUATION_PHRASE}\nIssue in step 2: x = 5 is not justified.\n{SCORE_PHRASE} \\boxed{{0.5}}"]
     wrong = ["17 + 25 = 43", "```python\ndef rev(s):\n    return s\n```",
              "```python\na, b = map(int, input().split())\nprint(a - b)\n```",
-             "Soft rain, on the roof", '{"origin": "Milan", "destination": "Lyon"}']
+             "Soft rain, on the roof", '{"origin": "Milan", "destination": "Lyon"}',
+             f"{EVALUATION_PHRASE}\nNo issues found.\n{SCORE_PHRASE} \\boxed{{1}}"]
     for row, good, bad in zip(loaded.rows, right, wrong, strict=True):
         task = TASKS[row["task"]]
         results = task.verify([good, bad], [row["reference"]] * 2, task.Settings())

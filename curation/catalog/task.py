@@ -68,5 +68,11 @@ class Task:
         """Why `reference` cannot be a reference of this task (row validation), or None."""
         raise NotImplementedError
 
+    def assemble(self, row: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """A loaded row before validation, with what the task builds from its own columns (proof
+        grading renders its prompt from `problem` and `solution`); (None, reason) when it cannot.
+        Most tasks' rows are whole as loaded."""
+        return row, None
+
     def __repr__(self) -> str:
         return f"<task {self.name}>"

@@ -189,5 +189,9 @@ def _normalise(
     elif row_task is not None and row_task.text_reference and isinstance(reference, int | float) \
             and not isinstance(reference, bool):
         row["reference"] = str(reference)  # a numeric answer column, e.g. 42 -> "42"
+    if row_task is not None:
+        row, reason = row_task.assemble(row)
+        if reason is not None:
+            return None, f"row {number}: {reason}"
     reason = validate_row(row, number)
     return (None, reason) if reason else (row, None)

@@ -90,7 +90,7 @@ class ProblemSource(BaseModel):
     """Seed of the procedural generator."""
     difficulty: int | str = 0
     """Difficulty knob, the task's own scale: math 0-4, code 0-3, ifeval 'easy'|'hard'|'mixed',
-    structured 0-2."""
+    structured 0-2, proof_grading 0-2."""
     subdomains: list[str] | None = None
     """Math sub-domains to draw from (default: all five)."""
     answer_format: Literal["boxed", "plain"] = "plain"

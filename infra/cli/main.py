@@ -239,7 +239,7 @@ def doctor() -> None:
 
 
 @main.command()
-@click.option("--task", "task_name", required=True, help="A catalog task: math, code, ifeval or structured.")
+@click.option("--task", "task_name", required=True, help="A catalog task: math, code, ifeval, structured or proof_grading.")
 @click.argument("input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where the scored rows go; malformed rows go to OUTPUT's stem + .quarantine.jsonl.")
@@ -262,6 +262,9 @@ def verify(task_name: str, input_path: Path, output_path: Path, answer_format: s
                   {"cases": [{"input": "...", "output": "..."}]}
       ifeval      {"instructions": [{"id": "<IFEval instruction id>", "kwargs": {...}}]}
       structured  {"fields": {"key": value}}
+      proof_grading
+                  {"score": 0, 0.5 or 1}; the completion is an analysis ending in the
+                  score phrase and \\boxed{score} (curation/grading/texts.py)
     """
     from passband.flows.config import ConfigError
     from passband.cli.verify_cmd import exit_status, verify_file
