@@ -14,7 +14,7 @@ INTERNAL = {
 
 
 def test_settings_table_lists_every_variable_the_code_reads() -> None:
-    read = {name for folder in ("flows", "tasks", "training", "curation", "infra/stack") for path in (ROOT / folder).rglob("*.py")
+    read = {name for folder in ("flows", "tasks", "training", "curation", "infra/cli", "infra/stack") for path in (ROOT / folder).rglob("*.py")
             for name in re.findall(r"\"(PASSBAND_[A-Z_]+)\"", path.read_text())}
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Settings (environment)"):readme.index("## Troubleshooting")]
