@@ -1,0 +1,81 @@
+"""What another training run gives: the demo's training under several training seeds.
+
+    .venv/bin/python scripts/seed_spread.py [--seeds 0 1 2] [--preset demo] [--home DIR] [--out FILE]
+
+Runs `pipeline --preset PRESET --set training_seed=S` once per seed, one after another, in one
+PASSBAND_HOME (default: a fresh temporary folder), so what the seed does not touch is computed
+once and reused through the stage cache: the base model's evaluation (same checkpoint, eval rows
+and eval sampling in every seed), the suites' problems and the held-out split. Everything the
+seed moves runs again per seed: curation's pass-rate samples, the SFT order, RL's prompts and
+rollouts, and the SFT and RL evaluations.
+
+Prints, per eval set, each seed's base / SFT / RL pass@1 and gains, their mean and standard
+deviation across seeds beside the mean within-run 95% half-width, and whether each gain's interval
+excluded 0 in every seed; then each of the preset's claims with the seeds it held in (a claim worth
+stating holds in all of them), and each seed's wall time. --out writes the same as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--preset", default="demo")
+    parser.add_argument("--home", type=Path, default=None, help="PASSBAND_HOME (default: a fresh temporary folder)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the spread and each seed's table as JSON")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="extra pipeline override, as `passband run --set`")
+    args = parser.parse_args()
+    os.environ["PASSBAND_HOME"] = str(args.home or tempfile.mkdtemp(prefix="passband-seed-spread-"))
+
+    from passband.flows.config import resolve_config
+    from passband.flows.pipeline import PipelineConfig, pipeline
+    from passband.stack.local import prepare_environment
+    from passband.training.evaluation.claims import check_claims
+    from passband.training.evaluation.results import CHECKPOINTS, headline_scores
+    from passband.training.evaluation.spread import seed_spread, spread_markdown
+
+    prepare_environment()
+    tables, walls, claims = [], [], []
+    for seed in args.seeds:
+        config = resolve_config(PipelineConfig, "pipeline", args.preset, None,
+                                [*args.overrides, f"training_seed={seed}"])
+        start = time.perf_counter()
+        summary = pipeline(config)
+        walls.append(time.perf_counter() - start)
+        tables.append(summary.metrics)  # the pipeline's metrics hold its pass_at_1_table
+        claims.append((summary.metrics.get("claims/held"), summary.metrics.get("claims/checked")))
+        print(f"seed {seed}: {walls[-1] / 60:.1f} min, claims held {claims[-1][0]} of {claims[-1][1]}", flush=True)
+
+    spreads = seed_spread(tables, config.best_metric)
+    print(f"\nPASSBAND_HOME={os.environ['PASSBAND_HOME']}\n")
+    print(spread_markdown(spreads, args.seeds))
+    held_in: dict[tuple[str, str], list[int]] = {}
+    if config.claims is not None:
+        for seed, table in zip(args.seeds, tables):
+            sets = sorted(headline_scores(table, config.best_metric, CHECKPOINTS[0]))
+            for claim in check_claims(table, config.best_metric, sets, list(CHECKPOINTS), config.claims):
+                held_in.setdefault((claim.claim, claim.eval_set), []).extend([seed] if claim.holds else [])
+        print("\n| claim | eval set | held in seeds |\n|---|---|---|")
+        for (claim, eval_set), seeds in held_in.items():
+            print(f"| {claim} | {eval_set} | {len(seeds)} of {len(args.seeds)} {seeds} |")
+    for seed, wall, (held, checked) in zip(args.seeds, walls, claims):
+        print(f"seed {seed}: wall {wall / 60:.1f} min, claims held {held} of {checked}")
+    if args.out:
+        args.out.write_text(json.dumps({"seeds": args.seeds, "preset": args.preset, "wall_s": walls,
+                                        "claims": claims, "tables": tables,
+                                        "claims_held_in": {f"{c} | {s}": seeds for (c, s), seeds in held_in.items()},
+                                        "spread": [asdict(s) for s in spreads]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
