@@ -95,7 +95,9 @@ def run_on_task_workers(jobs: Sequence[ShardJobLike], config: SamplingWorkersCon
             elif time.monotonic() - last_seen_worker > config.connect_timeout_s:
                 raise TimeoutError(f"no task worker has been connected for {config.connect_timeout_s:.0f} s "
                                    f"(connect_timeout_s of the workers config) with {len(jobs) - len(uris)} shards to go")
-            states = _read_runs(client, list(runs))
+            # a run the server has not written a state for yet (its first state write can wait on a
+            # locked SQLite) has state None: it is read again at the next poll
+            states = [run for run in _read_runs(client, list(runs)) if run.state is not None]
             crashed = {run.id for run in states if run.state.is_crashed() and run.id not in abandoned}
             for run in states:
                 key = runs[run.id]
