@@ -130,9 +130,6 @@ class RLConfig(Config):
             raise ValueError(f"sampling.n={self.sampling.n}: GRPO needs at least 2 rollouts per prompt (a group)")
         if self.sampling.temperature <= 0:
             raise ValueError("sampling.temperature must be > 0: the trainer's log-probs need a sampled distribution")
-        if self.algo.temperature != self.sampling.temperature:
-            raise ValueError(f"algo.temperature={self.algo.temperature} must equal sampling.temperature="
-                             f"{self.sampling.temperature}: the trainer's log-probs must match the sampled distribution")
         suites = [s for s in self.datasets.values() if isinstance(s, ProblemSource)]
         if self.eval is not None:
             suites += list(self.eval.suites.values())

@@ -61,7 +61,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
         scoring_start = time.perf_counter()
         rewards, valid, status_metrics = score_rollouts(rows, samples, config.reward.verifiers)
         batch = build_rollout_batch(samples, rewards, valid, [row["task"] for row in rows],
-                                    config.reward.mask_truncated)
+                                    config.reward.mask_truncated, sampling.temperature)
         scoring_s = time.perf_counter() - scoring_start
         train_start = time.perf_counter()
         generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
