@@ -155,6 +155,7 @@ def test_sft_killed_resumes_to_the_same_weights(tmp_path):
         "model": str(model_dir),
         "stages": [{"name": name, "datasets": {str(data): 1.0}, "num_steps": steps, "seed": index, **stage}
                    for index, (name, steps) in enumerate(SFT_STEPS.items())],
+        "eval": None,
     })]
     checkpoints = "checkpoints/sft/*/*/*/manifest.json"
     total = sum(SFT_STEPS.values())
