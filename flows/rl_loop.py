@@ -135,8 +135,7 @@ class Evaluator:
 
         evaluation = run_evaluation(self.engine, self.eval_sets, self.config.eval.sampling,
                                     self.config.eval.verifiers, self.model_dir, self.config.system_prompt)
-        headline = evaluation.headline()
-        log_evaluation(evaluation, "eval", step, self.run_id)
+        headline = log_evaluation(evaluation, label, step, self.run_id)
         self.logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in headline.items()})
         return headline
 

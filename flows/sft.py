@@ -145,17 +145,18 @@ def _train_stage(config: SFTConfig, stage: StageConfig, refs: dict[str, str], to
                            config.distributed.nproc_per_node)
 
 
-def _evaluate(model_dir: str, eval_sets: dict, config: SFTConfig, prefix: str, step: int,
+def _evaluate(model_dir: str, eval_sets: dict, config: SFTConfig, label: str, step: int,
               run_id: str) -> dict[str, float]:
-    """Score `model_dir` on the eval sets with an engine opened for it; log everything under
-    `prefix/`, return the headline (`before/math/pass@1`, `before/mean/pass@1`, ...)."""
+    """Score `model_dir` on the eval sets with an engine opened for it; log everything as the
+    `eval/` series at `step` (as RL does), return the headline under `label/` for the summary
+    (`before/math/pass@1`, `after/mean/pass@1`, ...)."""
     from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
     from passband.tasks.steps.rollout import open_engine
 
     engine = open_engine(config.engine, model_dir)
     evaluation = run_evaluation(engine, eval_sets, config.eval.sampling, config.eval.verifiers, model_dir)
     engine.close()
-    return log_evaluation(evaluation, prefix, step, run_id)
+    return {f"{label}/{name}": value for name, value in log_evaluation(evaluation, label, step, run_id).items()}
 
 
 def _model_card(config: SFTConfig, metrics: dict[str, float]) -> str:
