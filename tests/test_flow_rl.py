@@ -72,6 +72,11 @@ def test_real_model_two_iterations(harness, smollm2_dir, tmp_path, monkeypatch):
         assert weights_gb < metrics[f"memory/{phase}_peak_gb"] < 24, phase
     history = MlflowClient().get_metric_history(summary.mlflow_run_id, "math/reward")
     assert sorted(m.step for m in history) == [1, 2]
+    # held-out evaluations as SFT logs them: the eval/ series at the step scored, rows per evaluation
+    evals = MlflowClient().get_metric_history(summary.mlflow_run_id, "eval/math/pass_at_1")
+    assert sorted(m.step for m in evals) == [0, 2]
+    rows = {a.path for a in MlflowClient().list_artifacts(summary.mlflow_run_id, "eval")}
+    assert rows == {"eval/before.jsonl", "eval/iter-000002.jsonl"}
     zero_variance = [m.value for m in MlflowClient().get_metric_history(summary.mlflow_run_id, "zero_variance_group_frac")]
     assert min(zero_variance) < 1.0, "no group had reward variance: no gradient, pick another seed"
     start = load_file(str(smollm2_dir / "model.safetensors"))
