@@ -21,6 +21,7 @@ from passband.tasks.stages.summary import RunSummary
 
 if TYPE_CHECKING:
     from passband.flows.curate_sft import Sampler
+    from passband.tasks.sampling.passrate_job import ShardSampling
 
 __all__ = ["CurateConfig", "curate"]
 
@@ -54,7 +55,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
 
         # Pass rates of the model to be trained, shard by shard; the engine opens only if needed.
         student = open_sampler(config, config.model)
-        sampling = _sampling_key(config, config.pass_rate.n, config.pass_rate.top_k, config.pass_rate.temperature)
+        sampling = config.shard_sampling(config.pass_rate.sampling, config.pass_rate.top_k)
         train, samples_by_task, results = _pass_rates(config, train, student, sampling)
         metrics = pass_rate_metrics(train, config.histogram_bins, config.difficulty_labels)
         _log_pass_rate_plots(config, train, run.run_id)
@@ -80,13 +81,6 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
         if rl_empty:
             return run.finish(outputs, metrics, status="partial", message=rl_empty)
         return run.finish(outputs, metrics)
-
-
-def _sampling_key(config: CurateConfig, n: int, top_k: int, temperature: float) -> dict:
-    """Everything that changes the samples, for the shard key and the sampler."""
-    return {"n": n, "top_k": top_k, "temperature": temperature, "top_p": config.pass_rate.top_p,
-            "max_tokens": config.pass_rate.max_tokens, "stop": list(config.pass_rate.stop),
-            "seed": config.engine.seed, "engine_kind": config.engine.kind, "engine_dtype": config.engine.dtype}
 
 
 def _load_and_hold_out(config: CurateConfig) -> tuple[dict, dict]:
@@ -124,7 +118,7 @@ def _filter_pools(train: dict[str, list[dict]], keep: Callable[[list[dict]], tup
 
 
 def _pass_rates(config: CurateConfig, train: dict[str, list[dict]], student: Sampler,
-                sampling: dict) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list]:
+                sampling: ShardSampling) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list]:
     """(Rows labeled with the student's pass rates and bands, their samples) per task, and the
     estimates' results (for the run's sampling totals)."""
     from passband.curation.bands import label_rows

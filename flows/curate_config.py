@@ -13,9 +13,10 @@ from passband.curation.balance import BalanceConfig
 from passband.curation.bands import Band, DifficultyBands, PrefilterConfig
 from passband.curation.catalog import TaskName, VerifierSettings
 from passband.curation.hygiene import HygieneConfig
-from passband.flows.common_config import EngineConfig, ProblemSource
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
 from passband.tasks.sampling.dispatch import SamplingWorkersConfig
+from passband.tasks.sampling.passrate_job import ShardSampling
 
 
 class TaskPool(Config):
@@ -38,23 +39,31 @@ class TaskPool(Config):
 class PassRateConfig(Config):
     """How pass rates are estimated: n rollouts of top_k attempts each, verified."""
 
-    n: int = Field(4, ge=1)
-    """Rollouts per problem (the recipe: 5); SFT selection reuses them unless sft.selection_n is set."""
+    sampling: SamplingConfig = SamplingConfig(n=4, temperature=1.0, max_tokens=128)
+    """The rollouts: `n` per problem (the recipe: 5; SFT selection reuses them unless
+    sft.selection_n is set), `max_tokens` per attempt. Its seed stays 0: each shard is seeded by its
+    own key, which hashes engine.seed."""
     top_k: int = Field(1, ge=1)
     """Attempts per rollout; a rollout solves a problem if any of its attempts passes."""
-    temperature: float = Field(1.0, ge=0)
-    """Sampling temperature."""
-    top_p: float = Field(1.0, gt=0, le=1)
-    """Nucleus mass."""
-    max_tokens: int = Field(128, ge=1)
-    """Generated tokens per attempt."""
-    stop: list[str] = []
-    """Extra stop strings."""
     shard_size: int = Field(16, ge=1)
     """Problems per stored shard: the unit of reuse when a run is repeated or resumed."""
 
+    @model_validator(mode="after")
+    def _keyed_sampling(self) -> "PassRateConfig":
+        keyed_sampling(self.sampling, "pass_rate.sampling")
+        return self
 
-class SFTConfig(Config):
+
+def keyed_sampling(sampling: SamplingConfig, where: str) -> None:
+    """Refuse what a shard's key would not record: its own seed (each shard is seeded by its key) and
+    ignore_eos (the curate flow never samples past EOS)."""
+    if sampling.seed != 0:
+        raise ValueError(f"{where}.seed is {sampling.seed}: each shard is seeded by its key; set engine.seed instead")
+    if sampling.ignore_eos:
+        raise ValueError(f"{where}.ignore_eos: curation never samples past EOS; leave it false")
+
+
+class SFTSelectionConfig(Config):
     """Selection of SFT traces from the pass-rate rollouts, and the stage split."""
 
     enabled: bool = True
@@ -83,10 +92,14 @@ class CorrectionConfig(Config):
     """Build the correction set."""
     max_problems: int = Field(16, ge=0)
     """Failed problems per task to retry (the first ones in pool order)."""
-    n: int = Field(8, ge=1)
-    """Attempts per failed problem."""
-    temperature: float = Field(1.0, ge=0)
-    """Sampling temperature of the retries."""
+    sampling: SamplingConfig = SamplingConfig(n=8, temperature=1.0, max_tokens=128)
+    """The retries: `n` attempts per failed problem, one attempt per rollout. Its seed stays 0
+    (shards are seeded by their keys)."""
+
+    @model_validator(mode="after")
+    def _keyed_sampling(self) -> "CorrectionConfig":
+        keyed_sampling(self.sampling, "correction.sampling")
+        return self
 
 
 class SyntheticConfig(Config):
@@ -100,10 +113,13 @@ class SyntheticConfig(Config):
     """Added to the pool's seed so synthetic queries are fresh draws of the same templates."""
     framings: list[str] = ["{prompt}", "Question: {prompt}"]
     """Phrasing templates with a {prompt} placeholder, applied round-robin."""
-    n: int = Field(4, ge=1)
-    """Teacher responses per query."""
-    temperature: float = Field(1.0, ge=0)
-    """Teacher sampling temperature."""
+    sampling: SamplingConfig = SamplingConfig(n=4, temperature=1.0, max_tokens=128)
+    """The teacher's responses: `n` per query. Its seed stays 0 (shards are seeded by their keys)."""
+
+    @model_validator(mode="after")
+    def _keyed_sampling(self) -> "SyntheticConfig":
+        keyed_sampling(self.sampling, "synthetic.sampling")
+        return self
 
 
 def _default_pool(suite: str, difficulty: int | str) -> TaskPool:
@@ -139,7 +155,7 @@ class CurateConfig(Config):
     """Stratification and size alignment of the RL sets."""
     hygiene: HygieneConfig = HygieneConfig()
     """Dedup and decontamination."""
-    sft: SFTConfig = SFTConfig()
+    sft: SFTSelectionConfig = SFTSelectionConfig()
     """SFT selection and stages."""
     correction: CorrectionConfig = CorrectionConfig()
     """Failure-driven correction set."""
@@ -172,6 +188,12 @@ class CurateConfig(Config):
     def difficulty_bands(self) -> DifficultyBands:
         """The difficulty labels by pass rate (`difficulty_edges`, `difficulty_labels`)."""
         return DifficultyBands(edges=tuple(self.difficulty_edges), labels=tuple(self.difficulty_labels))
+
+    def shard_sampling(self, sampling: SamplingConfig, top_k: int) -> ShardSampling:
+        """Everything that changes the samples of `sampling` on the flow's engine, for the shard key
+        and the sampler; the key's base seed is engine.seed (each shard is then seeded by its key)."""
+        return ShardSampling(sampling=sampling.model_copy(update={"seed": self.engine.seed}), top_k=top_k,
+                             engine_kind=self.engine.kind, engine_dtype=self.engine.dtype)
 
     def verifiers(self) -> VerifierSettings:
         """Verifier settings that read math answers the way the math pool's prompts ask for them."""

@@ -2,7 +2,7 @@
 
 - rollout traces: the recipe's rule (0 < npass < n, only passed and fully verified
   trajectories) on the pass-rate samples, or on a draw of its own with `sft.selection_n` samples; problems in `sft.stage2_bands` go to stage 2, the rest to stage 1;
-- correction traces: problems the student never solved get `correction.n` more attempts from the
+- correction traces: problems the student never solved get `correction.sampling.n` more attempts from the
   teacher; verified solutions go to stage 2 (their band stays the student's "unsolved");
 - synthetic traces: fresh queries from the pool's generator (new seed, reframed), answered by the
   teacher, kept if verified; stage 2.
@@ -15,11 +15,14 @@ draws the samples and returns what it kept, removed and counted as one SFTSets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect import get_run_logger
 
 from passband.flows.curate_config import CurateConfig
+
+if TYPE_CHECKING:
+    from passband.tasks.sampling.passrate_job import ShardSampling
 
 
 @dataclass(frozen=True)
@@ -67,11 +70,12 @@ class SFTSets:
 
 
 def build_sft_sets(config: CurateConfig, train: dict[str, list[dict]], samples_by_task: dict[str, list[dict]],
-                   student: Sampler, sampling: dict, eval_rows: list[dict]) -> SFTSets:
+                   student: Sampler, sampling: ShardSampling, eval_rows: list[dict]) -> SFTSets:
     """The student's rollout traces (stages 1 and 2 by band), then the teacher's corrections and
     synthetic traces (stage 2); no trace twice in a stage; the student's perplexity on every trace.
     `train`: labeled pool rows per task; `samples_by_task`: their pass-rate samples; `sampling`:
-    the pass-rate sampling key (corrections and synthetic answers change n and temperature)."""
+    the pass-rate sampling (SFT selection's own draw changes its n)."""
+
     logger = get_run_logger()
     sets = SFTSets()
     for task_name, rows in train.items():
@@ -84,17 +88,15 @@ def build_sft_sets(config: CurateConfig, train: dict[str, list[dict]], samples_b
     if config.correction.enabled:
         for task_name, rows in train.items():
             failed = [row for row in rows if row["pass_count"] == 0][: config.correction.max_problems]
-            part = _teacher_traces(config, failed, "correction", teacher, {
-                **sampling, "n": config.correction.n, "top_k": 1, "temperature": config.correction.temperature},
-                keep_student_rates=True)
+            part = _teacher_traces(config, failed, "correction", teacher,
+                                   config.shard_sampling(config.correction.sampling, 1), keep_student_rates=True)
             sets |= part
             logger.info("%s: %d correction traces from %d failed problems", task_name, len(part.stage2), len(failed))
     if config.synthetic.enabled:
         for task_name in config.pools():
             queries = _synthetic_queries(config, task_name, train, eval_rows)
-            part = _teacher_traces(config, queries.stage2, "synthetic", teacher, {
-                **sampling, "n": config.synthetic.n, "top_k": 1, "temperature": config.synthetic.temperature},
-                keep_student_rates=False)
+            part = _teacher_traces(config, queries.stage2, "synthetic", teacher,
+                                   config.shard_sampling(config.synthetic.sampling, 1), keep_student_rates=False)
             sets |= SFTSets(removed=queries.removed, metrics=queries.metrics) | part
             logger.info("%s: %d verified synthetic traces from %d queries", task_name, len(part.stage2),
                         len(queries.stage2))
@@ -107,21 +109,21 @@ def build_sft_sets(config: CurateConfig, train: dict[str, list[dict]], samples_b
 
 
 def _rollout_traces(config: CurateConfig, task_name: str, rows: list[dict], samples: list[dict], student: Sampler,
-                    sampling: dict) -> SFTSets:
+                    sampling: ShardSampling) -> SFTSets:
     """The recipe's rule (0 < npass < n, passed and fully verified) on the student's samples of one
     task: the pass-rate samples, or a draw of `sft.selection_n` of its own; by band into the stages."""
     from passband.curation.curate_rows import removed_record, sft_row
     from passband.curation.sft_select import select_sft
     from passband.curation.synthetic import attach_samples
 
-    results, num_samples = [], config.pass_rate.n * config.pass_rate.top_k
+    results, num_samples = [], config.pass_rate.sampling.n * config.pass_rate.top_k
     if config.sft.selection_n is not None:
         # The recipe's SFT rule counts passes out of its own n (16), independent of the band
         # estimate's n (5): a separate draw, sharded and reused like the pass rates.
         from passband.tasks.sampling.passrate import estimate_pass_rates
 
         result = estimate_pass_rates(rows, student.engine, student.tokenizer, student.checkpoint,
-                                     {**sampling, "n": config.sft.selection_n, "top_k": 1}, config.verifiers(),
+                                     sampling.with_draw(config.sft.selection_n), config.verifiers(),
                                      config.pass_rate.shard_size, config.sft.system_prompt)
         results, samples, num_samples = [result], result.samples, config.sft.selection_n
     kept, out = select_sft(attach_samples(rows, _with_verdicts(config, rows, samples)), num_samples=num_samples)
@@ -141,7 +143,7 @@ def _with_verdicts(config: CurateConfig, problems: list[dict], samples: list[dic
                          tuple(tuple(pair) for pair in config.sft.structure_sections), config.sft.min_topic_words)
 
 
-def _teacher_traces(config: CurateConfig, problems: list[dict], origin: str, teacher: Sampler, sampling: dict,
+def _teacher_traces(config: CurateConfig, problems: list[dict], origin: str, teacher: Sampler, sampling: ShardSampling,
                     keep_student_rates: bool) -> SFTSets:
     """Teacher attempts on `problems`, verified; the passed and fully verified ones as stage-2 rows.
 
@@ -162,7 +164,8 @@ def _teacher_traces(config: CurateConfig, problems: list[dict], origin: str, tea
         problems = label_rows(attach_pass_rates(problems, result.summaries, teacher.checkpoint),
                               config.difficulty_bands())
     npass = {summary["problem_id"]: summary["pass_count"] for summary in result.summaries}
-    kept, out = verified_attempts(problems, _with_verdicts(config, problems, result.samples), npass, sampling["n"])
+    kept, out = verified_attempts(problems, _with_verdicts(config, problems, result.samples), npass,
+                                 sampling.sampling.n)
     traces = [sft_row(trajectory, origin, teacher.checkpoint, config.sft.system_prompt) for trajectory in kept]
     metrics = {f"{origin}/{task_name}/problems": len(problems), f"{origin}/{task_name}/generated": len(result.samples),
                f"{origin}/{task_name}/passed": len(traces)}

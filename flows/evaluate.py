@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 from pydantic import Field, model_validator
 from prefect import flow
 
-from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.curation.catalog import VerifierSettings
-from passband.flows.config import Config
+from passband.flows.common_config import EngineConfig
+from passband.flows.eval_config import EvalConfig
 from passband.tasks.sampling.eval_shards import EvalShardsConfig
 from passband.training.evaluation.k_curve import KCurveConfig
 from passband.tasks.stages.summary import RunSummary
@@ -26,8 +25,9 @@ K_CURVE = "k_curve/"
 """Label prefix of the k-curve subset's evaluations (`k_curve/model`) in the report and samples."""
 
 
-class EvaluateConfig(Config):
-    """Evaluate a checkpoint on held-out sets; compare it with a baseline when one is given."""
+class EvaluateConfig(EvalConfig):
+    """Evaluate a checkpoint on held-out sets (EvalConfig: suites, datasets, verifiers, sampling);
+    compare it with a baseline when one is given."""
 
     model: str = "smollm2-135m-instruct"
     """The checkpoint to evaluate: `smollm2-135m-instruct`, a checkpoint artifact URI or a local dir."""
@@ -39,25 +39,10 @@ class EvaluateConfig(Config):
     same eval sets with the same sampling: its rows are reused instead of sampling the baseline
     again (the pipeline passes its base evaluation, so base, SFT and RL compare against one set
     of base samples). Needs `baseline`; rows that do not cover these eval sets are refused."""
-    datasets: dict[str, str] = {}
-    """Eval sets from dataset artifacts, name -> URI (curate's `eval_math`, `eval_code`, ...)."""
-    suites: dict[str, ProblemSource] = {
-        "math": ProblemSource(suite="math", num_problems=16, seed=9001),
-        "code": ProblemSource(suite="code", num_problems=8, seed=9001),
-        "ifeval": ProblemSource(suite="ifeval", num_problems=8, seed=9001, difficulty="easy"),
-    }
-    """Eval sets generated or loaded, name -> source (`humaneval` is a suite too). Names become
-    metric prefixes (`math/pass@1`); a name may not also be a dataset name. Set {} to evaluate
-    only `datasets`."""
     max_problems: int | None = Field(None, ge=1)
     """Keep only the first N rows of each dataset (None: all)."""
-    verifiers: VerifierSettings = VerifierSettings()
-    """Each task's verifier settings (math.answer_format must match what the math prompts ask for)."""
     system_prompt: str | None = None
     """System message for the chat template (None: the model's default)."""
-    sampling: SamplingConfig = SamplingConfig(n=4, temperature=1.0, max_tokens=256)
-    """n samples per problem give pass@1..pass@n; temperature 1 samples the model's own
-    distribution, the one RL trains."""
     engine: EngineConfig = EngineConfig()
     """Which engine samples."""
     perplexity_samples: int | None = Field(128, ge=1)
@@ -81,19 +66,10 @@ class EvaluateConfig(Config):
     """Recompute even if this exact evaluation completed before (stage cache)."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> "EvaluateConfig":
-        if not self.datasets and not self.suites:
-            raise ValueError("give at least one eval set in datasets or suites")
-        clashes = sorted(self.datasets.keys() & self.suites.keys())
-        if clashes:
-            raise ValueError(f"eval set name(s) {clashes} appear in both datasets and suites; rename one")
-        for name, source in self.suites.items():
-            if source.suite == "math" and source.path is None and source.answer_format != self.verifiers.math.answer_format:
-                raise ValueError(f"suites.{name}.answer_format is {source.answer_format!r} but "
-                                 f"verifiers.math.answer_format is {self.verifiers.math.answer_format!r}; set them equal")
+    def _comparable(self) -> "EvaluateConfig":
         if self.baseline_samples is not None and self.baseline is None:
             raise ValueError("baseline_samples needs baseline: the checkpoint those samples came from")
-        unknown = sorted(set(self.k_curve.sets or ()) - self.datasets.keys() - self.suites.keys()) if self.k_curve else []
+        unknown = sorted(set(self.k_curve.sets or ()) - self.set_names()) if self.k_curve else []
         if unknown:
             raise ValueError(f"k_curve.sets names {unknown}, which are in neither datasets nor suites")
         if self.gap_k is not None and self.gap_k > self.sampling.n:

@@ -7,8 +7,8 @@ counted), take algo.num_inner_steps optimizer steps on that fixed batch (trainin
 then push the new weights into the engine in place. Checkpoints (weights, optimizer, RNG, the
 prompt cursor) are committed every `checkpoint_every` iterations, and a rerun of the same config
 continues from the newest one without replaying or skipping prompts. The held-out sets are
-scored by the same engine before the first iteration, every `eval.every` iterations and after
-the last; the checkpoint with the best `eval.best_metric` is the `best_checkpoint` output.
+scored by the same engine before the first iteration, every `eval_every` iterations and after
+the last; the checkpoint with the best `best_metric` is the `best_checkpoint` output.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefect import flow
 
-from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig, RLEvalConfig
+from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig
 from passband.flows.rl_loop import Checkpointer, EarlyStop, Evaluator, iteration_line, run_iteration, schedule_of
 from passband.tasks.stages.summary import RunSummary
 from passband.training.engines import EngineConfig
@@ -28,12 +28,12 @@ if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband co
     from passband.tasks.stages.stage import StageRun
     from passband.training.rl.trainer import RLState
 
-__all__ = ["RLConfig", "RLEvalConfig", "RewardConfig", "rl"]
+__all__ = ["RLConfig", "RewardConfig", "rl"]
 
 
 @flow(name="rl", flow_run_name="rl")
 def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSummary:
-    """Multi-task RL; outputs the final `checkpoint` and the `best_checkpoint` by eval.best_metric."""
+    """Multi-task RL; outputs the final `checkpoint` and the `best_checkpoint` by best_metric."""
     from prefect.logging import get_run_logger
 
     from passband.tasks.artifacts.checkpoints import scratch_dir
@@ -154,7 +154,7 @@ def _finish(config: RLConfig, run: StageRun, state: RLState, tasks: list[str], w
         return run.finish(outputs, metrics, status="partial", message=message)
     card = (f"# passband RL checkpoint\n\nMulti-task RL (docs/recipe.md section 4) of `{config.model}` on "
             f"{', '.join(tasks)}, {state.iteration} iterations; the checkpoint with the best "
-            f"`{config.eval.best_metric if config.eval else 'final'}`: {outputs['best_checkpoint']}.\n")
+            f"`{config.best_metric if config.eval else 'final'}`: {outputs['best_checkpoint']}.\n")
     log_model(outputs["best_checkpoint"], run.run_id, card)
     return run.finish(outputs, metrics)
 

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 from passband.curation.catalog import TASKS, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
+from passband.flows.eval_config import EvalConfig, check_answer_format
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
 
@@ -23,38 +24,6 @@ class RewardConfig(Config):
     number, boxed -> last \\boxed{}): training and eval math suites must ask for the same."""
     mask_truncated: bool = True
     """Mask rollouts that hit max_tokens out of the gradient (docs/recipe.md section 4: a cut output is unparsable)."""
-
-
-class RLEvalConfig(Config):
-    """Held-out evaluation before the first iteration, every `every` iterations, and after the last."""
-
-    suites: dict[str, ProblemSource] = {
-        "math": ProblemSource(suite="math", num_problems=16, seed=9001, difficulty=0),
-        "code": ProblemSource(suite="code", num_problems=8, seed=9001, difficulty=0),
-        "ifeval": ProblemSource(suite="ifeval", num_problems=8, seed=9001, difficulty="easy"),
-    }
-    """Eval set name -> problems; training prompts equal to an eval prompt are dropped."""
-    datasets: dict[str, str] = {}
-    """Eval set name -> dataset artifact URI (e.g. curate's eval_math)."""
-    sampling: SamplingConfig = SamplingConfig(n=4, temperature=1.0, max_tokens=96)
-    """n samples per problem give pass@1..pass@n."""
-    every: int = Field(0, ge=0)
-    """Evaluate (and checkpoint) every this many iterations; 0: only before and after."""
-    best_metric: str = "mean/pass@1"
-    """Higher is better; `mean/pass@k` (mean over eval sets) or `<eval set>/pass@k`. The
-    checkpoint that maximizes it is the `best_checkpoint` output."""
-
-    @model_validator(mode="after")
-    def _check(self) -> "RLEvalConfig":
-        if not self.suites and not self.datasets:
-            raise ValueError("eval needs at least one suite or dataset (or set eval: null)")
-        name, _, stat = self.best_metric.partition("/")
-        valid_names = {"mean", *self.suites, *self.datasets}
-        if name not in valid_names or not stat.startswith("pass@") or not stat[5:].isdigit():
-            raise ValueError(f"best_metric {self.best_metric!r} must be '<name>/pass@<k>' with name in {sorted(valid_names)}")
-        if int(stat[5:]) > self.sampling.n or int(stat[5:]) < 1:
-            raise ValueError(f"best_metric {self.best_metric!r} needs 1 <= k <= eval.sampling.n={self.sampling.n}")
-        return self
 
 
 class EarlyStopConfig(Config):
@@ -113,8 +82,15 @@ class RLConfig(Config):
     """Commit a checkpoint every this many iterations (0: only at eval points and the end)."""
     early_stop: EarlyStopConfig = EarlyStopConfig()
     """The entropy-ceiling fit, and the optional early stop on it."""
-    eval: RLEvalConfig | None = RLEvalConfig()
-    """Held-out evaluation (None: skip; then best_checkpoint is the final one)."""
+    eval: EvalConfig | None = EvalConfig(sampling=SamplingConfig(n=4, temperature=1.0, max_tokens=96))
+    """Held-out evaluation before the first iteration, every `eval_every` iterations and after the
+    last (None: skip; then best_checkpoint is the final one); training prompts equal to an eval
+    prompt are dropped. Its verifiers score the eval sets, `reward.verifiers` the rollouts."""
+    eval_every: int = Field(0, ge=0)
+    """Evaluate (and checkpoint) every this many iterations; 0: only before and after."""
+    best_metric: str = "mean/pass@1"
+    """Higher is better; `mean/pass@k` (mean over eval sets) or `<eval set>/pass@k`. The
+    checkpoint that maximizes it is the `best_checkpoint` output."""
     resume: bool = True
     """Continue from the newest committed checkpoint of this exact config; false starts over."""
     force: bool = False
@@ -135,17 +111,19 @@ class RLConfig(Config):
             raise ValueError(f"sampling.n={self.sampling.n}: GRPO needs at least 2 rollouts per prompt (a group)")
         if self.sampling.temperature <= 0:
             raise ValueError("sampling.temperature must be > 0: the trainer's log-probs need a sampled distribution")
-        if self.algo.temperature != self.sampling.temperature:
-            raise ValueError(f"algo.temperature={self.algo.temperature} must equal sampling.temperature="
-                             f"{self.sampling.temperature}: the trainer's log-probs must match the sampled distribution")
-        suites = [s for s in self.datasets.values() if isinstance(s, ProblemSource)]
+        check_answer_format([s for s in self.datasets.values() if isinstance(s, ProblemSource)], self.reward.verifiers,
+                            "reward.verifiers")
         if self.eval is not None:
-            suites += list(self.eval.suites.values())
-        asked = {s.answer_format for s in suites if s.suite == "math" and s.path is None}
-        if asked - {self.reward.verifiers.math.answer_format}:
-            raise ValueError(f"math suites ask for {sorted(asked)} but reward.verifiers.math.answer_format is "
-                             f"{self.reward.verifiers.math.answer_format!r}; make them agree")
+            self._check_best_metric(self.eval)
         return self
+
+    def _check_best_metric(self, evaluation: EvalConfig) -> None:
+        name, _, stat = self.best_metric.partition("/")
+        valid_names = {"mean", *evaluation.set_names()}
+        if name not in valid_names or not stat.startswith("pass@") or not stat[5:].isdigit():
+            raise ValueError(f"best_metric {self.best_metric!r} must be '<name>/pass@<k>' with name in {sorted(valid_names)}")
+        if not 1 <= int(stat[5:]) <= evaluation.sampling.n:
+            raise ValueError(f"best_metric {self.best_metric!r} needs 1 <= k <= eval.sampling.n={evaluation.sampling.n}")
 
     @property
     def group_size(self) -> int:

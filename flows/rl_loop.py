@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband co
 
 
 def schedule_of(config: RLConfig) -> RLSchedule:
-    return RLSchedule(num_iterations=config.num_iterations, eval_every=None if config.eval is None else config.eval.every,
+    return RLSchedule(num_iterations=config.num_iterations, eval_every=None if config.eval is None else config.eval_every,
                       checkpoint_every=config.checkpoint_every, max_iterations_this_run=config.max_iterations_this_run)
 
 
@@ -110,7 +110,7 @@ class Evaluator:
         metrics = {f"eval/{k}": v for k, v in headline.items()}
         if self.schedule.is_last(iteration):
             metrics |= {f"after/{k}": v for k, v in headline.items()}
-        best_metric = self.config.eval.best_metric
+        best_metric = self.config.best_metric
         if state.best is None or headline[best_metric] > state.best.value:
             state.best = BestCheckpoint(best_metric, headline[best_metric], iteration, self.checkpoint_uri(iteration))
         metrics["seconds/eval"] = time.perf_counter() - start
@@ -120,9 +120,8 @@ class Evaluator:
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
 
         evaluation = run_evaluation(self.engine, self.eval_sets, self.config.eval.sampling,
-                                    self.config.reward.verifiers, self.model_dir, self.config.system_prompt)
-        headline = evaluation.headline()
-        log_evaluation(evaluation, "eval", step, self.run_id)
+                                    self.config.eval.verifiers, self.model_dir, self.config.system_prompt)
+        headline = log_evaluation(evaluation, label, step, self.run_id)
         self.logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in headline.items()})
         return headline
 

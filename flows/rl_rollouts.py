@@ -66,7 +66,7 @@ def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
     from passband.training.rl.batching import build_rollout_batch
 
     return build_rollout_batch([g.samples for g in groups], [g.rewards for g in groups], [g.valid for g in groups],
-                               [g.row["task"] for g in groups], config.reward.mask_truncated)
+                               [g.row["task"] for g in groups], config.reward.mask_truncated, config.sampling.temperature)
 
 
 def _zero_variance(batch: RolloutBatch) -> list[bool]:

@@ -17,10 +17,10 @@ from pydantic import Field, model_validator
 from prefect import flow
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.math_suite import AnswerFormat
 from passband.flows.config import Config
 from passband.tasks.stages.summary import RunSummary
+from passband.flows.eval_config import EvalConfig
 from passband.training.sft.config import DistributedConfig, StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -54,31 +54,6 @@ class WorkedMathSource(Config):
     rest (a large eval split at difficulty 0 leaves few number-theory questions)."""
 
 
-class SFTEvalConfig(Config):
-    """Held-out evaluation before the first and after the last stage."""
-
-    suites: dict[str, ProblemSource] = {
-        "math": ProblemSource(suite="math", num_problems=32, seed=1000, difficulty=0, answer_format="boxed")}
-    """Eval set name -> problems; stage data whose prompt equals an eval prompt is dropped."""
-    datasets: dict[str, str] = {}
-    """Eval set name -> dataset artifact URI in the suite row schema (e.g. curate's eval_math)."""
-    verifiers: VerifierSettings = VerifierSettings(math={"answer_format": "boxed"})
-    """Each task's verifier settings; math.answer_format must match what the math prompts ask for
-    (`boxed`: last \\boxed{}; `plain`: last number)."""
-    sampling: SamplingConfig = SamplingConfig(n=4, temperature=0.6, max_tokens=96)
-    """Samples per problem (pass@1..pass@n) and how they are drawn."""
-    engine: EngineConfig = EngineConfig()
-    """Engine that samples the eval completions."""
-
-    @model_validator(mode="after")
-    def _formats_agree(self) -> "SFTEvalConfig":
-        asked = {s.answer_format for s in self.suites.values() if s.suite == "math" and s.path is None}
-        if asked - {self.verifiers.math.answer_format}:
-            raise ValueError(f"math suites ask for {sorted(asked)} but verifiers.math.answer_format is "
-                             f"{self.verifiers.math.answer_format!r}; make them agree")
-        return self
-
-
 class SFTConfig(Config):
     """Curriculum SFT: stages in order, each starting from the previous stage's final checkpoint."""
 
@@ -92,8 +67,14 @@ class SFTConfig(Config):
     (file://, s3://; e.g. curate's sft_stage1) or local .jsonl/.parquet chat-format files."""
     generated: dict[str, WorkedMathSource] = {"worked_math": WorkedMathSource()}
     """Built-in data sources by name; only those a stage names are generated."""
-    eval: SFTEvalConfig | None = None
-    """Held-out evaluation before and after (None: skip)."""
+    eval: EvalConfig | None = EvalConfig(
+        suites={"math": ProblemSource(suite="math", num_problems=32, seed=1000, difficulty=0, answer_format="boxed")},
+        verifiers={"math": {"answer_format": "boxed"}}, sampling=SamplingConfig(n=4, temperature=0.6, max_tokens=96))
+    """Held-out evaluation before the first and after the last stage (None: skip); stage data whose
+    prompt equals an eval prompt is dropped. SFT's default: 32 math problems asking for \\boxed{}
+    (the format SFT teaches, docs/recipe.md section 10), 4 samples each at T=0.6."""
+    engine: EngineConfig = EngineConfig()
+    """The engine that samples the held-out evaluation."""
     held_out: dict[str, str | ProblemSource] = {}
     """More held-out sets (name -> dataset artifact URI or problem source) whose questions no
     training row may ask, in any answer format, besides `eval`'s. The pipeline adds its evaluate
@@ -164,17 +145,18 @@ def _train_stage(config: SFTConfig, stage: StageConfig, refs: dict[str, str], to
                            config.distributed.nproc_per_node)
 
 
-def _evaluate(model_dir: str, eval_sets: dict, config: SFTEvalConfig, prefix: str, step: int,
+def _evaluate(model_dir: str, eval_sets: dict, config: SFTConfig, label: str, step: int,
               run_id: str) -> dict[str, float]:
-    """Score `model_dir` on the eval sets with an engine opened for it; log everything under
-    `prefix/`, return the headline (`before/math/pass@1`, `before/mean/pass@1`, ...)."""
+    """Score `model_dir` on the eval sets with an engine opened for it; log everything as the
+    `eval/` series at `step` (as RL does), return the headline under `label/` for the summary
+    (`before/math/pass@1`, `after/mean/pass@1`, ...)."""
     from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
     from passband.tasks.steps.rollout import open_engine
 
     engine = open_engine(config.engine, model_dir)
-    evaluation = run_evaluation(engine, eval_sets, config.sampling, config.verifiers, model_dir)
+    evaluation = run_evaluation(engine, eval_sets, config.eval.sampling, config.eval.verifiers, model_dir)
     engine.close()
-    return log_evaluation(evaluation, prefix, step, run_id)
+    return {f"{label}/{name}": value for name, value in log_evaluation(evaluation, label, step, run_id).items()}
 
 
 def _model_card(config: SFTConfig, metrics: dict[str, float]) -> str:
@@ -214,7 +196,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         metrics: dict[str, float] = {}
         if config.eval is not None:
             eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
-            metrics |= _evaluate(model_dir, eval_sets, config.eval, "before", 0, run_id)
+            metrics |= _evaluate(model_dir, eval_sets, config, "before", 0, run_id)
         eval_prompts = _held_out_prompts(config, eval_sets, run_id)
         refs = _dataset_refs(config, eval_prompts, run_id)
         # datasets this run built are outputs; those it was given by URI are its inputs
@@ -234,7 +216,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         outputs["checkpoint"] = start_from
 
         if config.eval is not None:
-            metrics |= _evaluate(start_dir, eval_sets, config.eval, "after", step_offset, run_id)
+            metrics |= _evaluate(start_dir, eval_sets, config, "after", step_offset, run_id)
         log_model(start_from, run_id, _model_card(config, metrics))
         metrics |= {**throughput_metrics(trained), "wall_s": time.perf_counter() - started}
         tracking.log_metrics({k: v for k, v in metrics.items() if not k.startswith(("before/", "after/"))},

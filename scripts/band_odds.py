@@ -5,7 +5,7 @@
 Runs the preset's curate once with `--samples` rollouts per problem (SFT sets off; every band
 opened to [0, 1] and alignment off, so each RL set holds every training problem with its pass
 count), in a fresh PASSBAND_HOME. Then, per task, the probability that the preset's own run (its
-`pass_rate.n` samples, its band) finds no problem in the band (curation/band_odds.py: Jeffreys
+`pass_rate.sampling.n` samples, its band) finds no problem in the band (curation/band_odds.py: Jeffreys
 posterior per problem, beta-binomial at n). Sampling differs between machines, so this is the
 chance a machine of this kind sees an empty band, not a property of this machine's bits.
 """
@@ -35,10 +35,10 @@ def main() -> None:
     preset = resolve_config(CurateConfig, "curate", args.preset)
     opened = [f"tasks.{name}.band='[0, 1]'" for name in preset.pools()]
     measuring = resolve_config(CurateConfig, "curate", args.preset, None, [
-        f"pass_rate.n={args.samples}", "sft.enabled=false", "balance.align_sizes=false",
+        f"pass_rate.sampling.n={args.samples}", "sft.enabled=false", "balance.align_sizes=false",
         "balance.stratify_key=null", *opened])
     summary = curate(measuring)
-    n = preset.pass_rate.n
+    n = preset.pass_rate.sampling.n
     print(f"\ncurate preset {args.preset!r}: n = {n} samples per problem; pass counts measured at {args.samples}")
     print("| task | problems | band | expected in band | P(band empty) |")
     print("|---|---|---|---|---|")

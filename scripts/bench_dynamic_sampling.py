@@ -36,7 +36,7 @@ def main() -> None:
     runs = {"off": [], "on": [f"dynamic_sampling={{max_rounds: {args.max_rounds}, oversample: {args.oversample}}}"]}
     results = {}
     for label, overrides in runs.items():
-        config = resolve_config(RLConfig, "rl", "demo", None, [f"num_iterations={args.iterations}", "eval.every=0",
+        config = resolve_config(RLConfig, "rl", "demo", None, [f"num_iterations={args.iterations}", "eval_every=0",
                                                                *overrides])
         start = time.perf_counter()
         summary = rl(config)

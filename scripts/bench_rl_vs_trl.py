@@ -180,7 +180,7 @@ def run_passband(args: argparse.Namespace, model_dir: Path, work: Path) -> Resul
                               "subdomains": ["arithmetic"], "answer_format": "plain"}},
         "prompts_per_step": args.prompts, "num_iterations": args.steps, "checkpoint_every": 0, "eval": None,
         "sampling": {"n": args.group, "temperature": args.temperature, "max_tokens": args.max_tokens},
-        "algo": {"lr": args.lr, "micro_batch_size": args.group, "temperature": args.temperature,
+        "algo": {"lr": args.lr, "micro_batch_size": args.group,
                  "clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0, "num_inner_steps": 1},
     }
     config_path = work / "passband_rl.json"  # YAML is a superset of JSON

@@ -124,8 +124,8 @@ def test_recipe_presets_carry_the_published_settings():
     algo = rl.algo
     assert (algo.level, algo.aggregation, algo.clip_low, algo.clip_high) == ("sequence", "seq_mean", 0.28, 0.40)
     assert (algo.num_inner_steps, algo.correction, algo.correction_threshold, algo.kl_coef) == (2, "seq_mis", 2.0, 0.0)
-    assert (curate.pass_rate.n, curate.sft.selection_n) == (5, 16)
+    assert (curate.pass_rate.sampling.n, curate.sft.selection_n) == (5, 16)
     assert [str(t.default_band) for t in (task("math"), task("code"), task("ifeval"))] == ["(0, 0.8]", "(0, 0.8]", "(0, 0.4]"]
     assert pipeline.rl.algo == rl.algo and pipeline.rl.reward == rl.reward
-    assert (pipeline.curate.pass_rate.n, pipeline.curate.sft.selection_n) == (5, 16)
+    assert (pipeline.curate.pass_rate.sampling.n, pipeline.curate.sft.selection_n) == (5, 16)
     assert pipeline.rl.datasets["math"] == "@recurate.rl_math"  # the pipeline's own wiring survives

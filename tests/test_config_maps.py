@@ -145,7 +145,7 @@ def test_every_map_of_configs_is_exercised_above() -> None:
             reached.add((type(owner).__name__, path[-1]))
     assert {("SFTConfig", "held_out")} | reached == declared
     assert {("RLConfig", "datasets"), ("CurateConfig", "tasks"), ("EvaluateConfig", "suites"),
-            ("RLEvalConfig", "suites"), ("SFTEvalConfig", "suites"), ("SFTConfig", "generated")} <= reached
+            ("EvalConfig", "suites"), ("SFTConfig", "generated")} <= reached
 
 
 def test_the_issue_examples() -> None:
@@ -159,9 +159,9 @@ def test_the_issue_examples() -> None:
         (False, 40, ["code", "ifeval"])
 
 
-def test_a_section_whose_default_is_none_merges_over_its_class_defaults() -> None:
-    """SFT's eval defaults to None; given as a mapping it starts from SFTEvalConfig's defaults, so
-    adding a code suite keeps the math one."""
+def test_a_section_merges_over_its_flows_default_values() -> None:
+    """SFT's eval is an EvalConfig with SFT's own default values (boxed math, seed 1000); given as a
+    mapping it starts from those, not from EvalConfig's, so adding a code suite keeps the math one."""
     sft = resolve("sft", None, "eval.suites.code.suite=code")
     assert sorted(sft.eval.suites) == ["code", "math"]
     assert (sft.eval.suites["math"].seed, sft.eval.suites["code"].seed) == (1000, 0)
@@ -177,7 +177,7 @@ def test_an_empty_map_still_clears_and_a_uri_still_replaces() -> None:
     assert pipeline.evaluate.suites == {}  # the preset's `suites: {}`
     rl = resolve("rl", None, "datasets.math=file:///tmp/rl_math")
     assert rl.datasets["math"] == "file:///tmp/rl_math" and sorted(rl.datasets) == ["code", "ifeval", "math"]
-    with pytest.raises(ConfigError, match="at least one suite or dataset"):
+    with pytest.raises(ConfigError, match=r"give at least one eval set in datasets or suites \(or set eval: null\)"):
         resolve("rl", None, "eval.suites={}")
 
 

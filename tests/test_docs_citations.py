@@ -18,7 +18,7 @@ may wrap across lines) and to fenced code blocks; plain prose is not read, excep
    ` = value`), where `Config` is the name of a config class the flows use (those of
    docs/config.md), cites a settable field: each step must be a field of the config reached so
    far. A call, `Config.method()`, must name an attribute of the class. Two classes of one name
-   (the two SFTConfigs) count as one: the field must be in either.
+   (none today; a test keeps it so) count as one: the field must be in either.
 4. Links. A relative markdown link `[text](target#anchor)` must point at an existing file
    (relative to the linking file), and its anchor at an `<a id>` or a heading of that file.
 """
@@ -242,7 +242,8 @@ def test_the_rules_catch_what_they_should(tmp_path: Path, monkeypatch) -> None:
     assert config_problem('RLAlgoConfig.level = "token"') is None
     assert config_problem("RewardConfig.verifiers.math.answer_format") is None
     assert config_problem("RLAlgoConfig.correction_bounds()") is None
-    assert config_problem("SFTConfig.stages") is None and config_problem("SFTConfig.stage2_bands") is None
+    assert config_problem("SFTConfig.stages") is None and config_problem("SFTSelectionConfig.stage2_bands") is None
+    assert config_problem("SFTConfig.stage2_bands") == "SFTConfig.stage2_bands is not a config field"
     assert config_problem("RLConfig.group_size") == "RLConfig.group_size is not a config field"  # a property
     assert config_problem("RewardConfig.math_answer_format") == "RewardConfig.math_answer_format is not a config field"
     doc = tmp_path / "doc.md"

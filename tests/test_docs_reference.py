@@ -7,7 +7,7 @@ from pathlib import Path
 
 from passband.cli.config_reference import COMMAND, anchor, render_reference
 from passband.flows.sft import SFTConfig
-from passband.flows.curate_config import SFTConfig as CurateSFTConfig
+from passband.flows.curate_config import SFTSelectionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,8 +32,12 @@ def test_reference_lists_every_field_with_its_default_and_docstring() -> None:
     assert "- `max_length`: int (> 0); default required. Longest packed row in tokens" in text
 
 
-def test_two_classes_of_one_name_get_two_sections() -> None:
+def test_no_two_config_classes_share_a_name() -> None:
+    from passband.cli.config_reference import flow_configs, reachable
+
+    classes = reachable(list(flow_configs().values()))
+    names = [cls.__name__ for cls in classes]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
+    assert (anchor(SFTConfig), anchor(SFTSelectionConfig)) == ("flows-sft-sftconfig", "flows-curate_config-sftselectionconfig")
     text = render_reference()
-    assert (anchor(SFTConfig), anchor(CurateSFTConfig)) == ("flows-sft-sftconfig", "flows-curate_config-sftconfig")
-    assert text.count("### SFTConfig (") == 2
-    assert '<a id="flows-sft-sftconfig"></a>' in text and '<a id="flows-curate_config-sftconfig"></a>' in text
+    assert text.count("### SFTConfig (") == 1 and text.count("### SFTSelectionConfig (") == 1

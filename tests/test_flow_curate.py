@@ -17,10 +17,11 @@ from passband.tasks.artifacts.datasets import read_table
 from passband.tasks.sampling.engine import LazyEngine
 from passband.tasks.sampling.keys import checkpoint_id
 from passband.tasks.sampling.passrate import estimate_pass_rates
-from passband.training.engines import EngineConfig
+from passband.tasks.sampling.passrate_job import ShardSampling
+from passband.training.engines import EngineConfig, SamplingConfig
 
-SAMPLING = {"n": 2, "top_k": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 12, "stop": [], "seed": 0,
-            "engine_kind": "hf"}
+SAMPLING = ShardSampling(sampling=SamplingConfig(n=2, temperature=1.0, max_tokens=12), top_k=1,
+                         engine_kind="hf", engine_dtype="float32")
 VERIFY = VerifierSettings()  # math: plain answers, the last number
 ENGINE = EngineConfig(kind="hf", dtype="float32", seed=0)
 
@@ -75,7 +76,8 @@ def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_pa
 
     # Another sampling setting is another shard: nothing is reused.
     other = estimate_pass_rates(rows[:2], LazyEngine(ENGINE, str(smollm2_dir)), tokenizer, checkpoint,
-                                {**SAMPLING, "max_tokens": 8}, VERIFY, shard_size=2)
+                                SAMPLING.model_copy(update={"sampling": SamplingConfig(n=2, max_tokens=8)}), VERIFY,
+                                shard_size=2)
     assert (other.num_shards_reused, other.engine_calls) == (0, 1)
 
 
@@ -91,9 +93,9 @@ def _tiny_config(model_dir, **overrides):
             "ifeval": {"source": {"suite": "ifeval", "difficulty": "easy", **pool}, "eval_size": 2},
         },
         "engine": {"kind": "hf"},
-        "pass_rate": {"n": 2, "max_tokens": 48, "shard_size": 3},
-        "correction": {"max_problems": 1, "n": 2},
-        "synthetic": {"num_queries": 1, "n": 2},
+        "pass_rate": {"sampling": {"n": 2, "max_tokens": 48}, "shard_size": 3},
+        "correction": {"max_problems": 1, "sampling": {"n": 2, "max_tokens": 48}},
+        "synthetic": {"num_queries": 1, "sampling": {"n": 2, "max_tokens": 48}},
         **overrides,
     })
 
@@ -191,7 +193,7 @@ def test_a_run_whose_every_rl_set_is_empty_ends_partial_and_says_why(harness, sm
     config = _tiny_config(smollm2_dir, tasks={
         "math": {"source": {"suite": "math", "answer_format": "plain", **pool}, "eval_size": 1, "band": "(0, 1)"},
         "ifeval": {"source": {"suite": "ifeval", "difficulty": "easy", **pool}, "eval_size": 1, "band": "(0, 1)"},
-    }, pass_rate={"n": 1, "max_tokens": 8, "shard_size": 3}, sft={"enabled": False})
+    }, pass_rate={"sampling": {"n": 1, "max_tokens": 8}, "shard_size": 3}, sft={"enabled": False})
     summary = curate(config)
     assert summary.status == "partial"
     assert summary.message.startswith("every RL set is empty (rl_math, rl_ifeval)")

@@ -32,7 +32,7 @@ def tiny_config(model_dir, lr: float) -> PipelineConfig:
                 "ifeval": {"source": {"suite": "ifeval", "num_problems": 6, "difficulty": "easy"}, "eval_size": 2,
                            "band": "[0, 1]"},
             },
-            "pass_rate": {"n": 2, "max_tokens": 6, "shard_size": 8},
+            "pass_rate": {"sampling": {"n": 2, "max_tokens": 6}, "shard_size": 8},
             "engine": ENGINE,
             "sft": {"enabled": False}, "correction": {"enabled": False}, "synthetic": {"enabled": False},
             "hygiene": {"against_humaneval": False},
@@ -41,6 +41,7 @@ def tiny_config(model_dir, lr: float) -> PipelineConfig:
             "generated": {"worked": {"num_examples": 6, "difficulties": [0]}},
             "stages": [{"name": "s1", "datasets": {"worked": 1.0}, "max_length": 480, "num_steps": 1,
                         "lr": 1e-3, "batch_tokens": 960, "micro_batch_tokens": 480}],
+            "eval": None,
         },
         "rl": {
             "datasets": {"math": "@recurate.rl_math", "code": "@recurate.rl_code", "ifeval": "@recurate.rl_ifeval"},

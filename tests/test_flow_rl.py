@@ -15,7 +15,8 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.flows.rl import RewardConfig, RLConfig, RLEvalConfig, rl
+from passband.flows.rl import RewardConfig, RLConfig, rl
+from passband.flows.eval_config import EvalConfig
 from passband.tasks.artifacts.store import fetch_artifact
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.chat import encode_sft_example
@@ -52,8 +53,8 @@ def test_real_model_two_iterations(harness, smollm2_dir, tmp_path, monkeypatch):
         algo=RLAlgoConfig(lr=1e-5, micro_batch_size=4, precision="fp32"), checkpoint_every=0,
         # 16 tokens cut most answers: score the cut text rather than mask it, so groups have signal.
         reward=RewardConfig(mask_truncated=False),
-        eval=RLEvalConfig(suites={"math": ProblemSource(suite="math", num_problems=1, seed=9001)},
-                          sampling=SamplingConfig(n=2, max_tokens=16), best_metric="math/pass@2"),
+        eval=EvalConfig(suites={"math": ProblemSource(suite="math", num_problems=1, seed=9001)},
+                        sampling=SamplingConfig(n=2, max_tokens=16)), best_metric="math/pass@2",
     )
     summary = rl(config)
     metrics = summary.metrics
@@ -71,6 +72,11 @@ def test_real_model_two_iterations(harness, smollm2_dir, tmp_path, monkeypatch):
         assert weights_gb < metrics[f"memory/{phase}_peak_gb"] < 24, phase
     history = MlflowClient().get_metric_history(summary.mlflow_run_id, "math/reward")
     assert sorted(m.step for m in history) == [1, 2]
+    # held-out evaluations as SFT logs them: the eval/ series at the step scored, rows per evaluation
+    evals = MlflowClient().get_metric_history(summary.mlflow_run_id, "eval/math/pass_at_1")
+    assert sorted(m.step for m in evals) == [0, 2]
+    rows = {a.path for a in MlflowClient().list_artifacts(summary.mlflow_run_id, "eval")}
+    assert rows == {"eval/before.jsonl", "eval/iter-000002.jsonl"}
     zero_variance = [m.value for m in MlflowClient().get_metric_history(summary.mlflow_run_id, "zero_variance_group_frac")]
     assert min(zero_variance) < 1.0, "no group had reward variance: no gradient, pick another seed"
     start = load_file(str(smollm2_dir / "model.safetensors"))
@@ -117,8 +123,8 @@ def _tiny_config(tmp, **overrides):
         prompts_per_step=2, num_iterations=2, seed=7,
         sampling=SamplingConfig(n=4, max_tokens=4), engine=EngineConfig(kind="hf"),
         algo=RLAlgoConfig(lr=1e-2, micro_batch_size=3), checkpoint_every=1,
-        eval=RLEvalConfig(suites={"math": ProblemSource(suite=None, path=str(tmp / "eval.jsonl"), task="math")},
-                          sampling=SamplingConfig(n=2, max_tokens=4), every=1),
+        eval=EvalConfig(suites={"math": ProblemSource(suite=None, path=str(tmp / "eval.jsonl"), task="math")},
+                        sampling=SamplingConfig(n=2, max_tokens=4)), eval_every=1,
         **overrides,
     )
 

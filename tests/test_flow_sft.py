@@ -79,7 +79,7 @@ def _config(model_dir, data_path, **overrides):
                     checkpoint_every=1, activation_checkpointing=True, loss_chunk_size=64),
     ]
     return SFTConfig(model=str(model_dir), stages=stages,
-                     generated={"worked": WorkedMathSource(num_examples=15, difficulties=[0])}, **overrides)
+                     generated={"worked": WorkedMathSource(num_examples=15, difficulties=[0])}, **{"eval": None, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +205,7 @@ def test_held_out_questions_are_not_trained_on_in_another_format(harness, tmp_pa
     stage = StageConfig(name="s1", datasets={str(data_path): 1.0, "worked": 1.0}, max_length=256, num_steps=1,
                         lr=1e-4, batch_tokens=600, micro_batch_tokens=512)
     summary = sft(SFTConfig(model=str(model_dir), stages=[stage], held_out={"eval_math": held_out_source},
-                            generated={"worked": WorkedMathSource(num_examples=40, difficulties=[0])}))
+                            generated={"worked": WorkedMathSource(num_examples=40, difficulties=[0])}, eval=None))
 
     worked = read_table(summary.outputs["data_worked"]).to_pylist()
     assert len(worked) == 40 and not {question_key(row["prompt"]) for row in worked} & keys

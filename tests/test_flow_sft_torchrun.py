@@ -31,7 +31,7 @@ STAGE = dict(name="s1", max_length=96, num_steps=4, lr=3e-3, warmup_steps=1, bat
 def _config(model_dir, data_path, nproc: int) -> SFTConfig:
     stage = StageConfig(datasets={str(data_path): 1.0}, **STAGE)
     return SFTConfig(model=str(model_dir), stages=[stage], generated={},
-                     distributed=DistributedConfig(nproc_per_node=nproc))
+                     distributed=DistributedConfig(nproc_per_node=nproc), eval=None)
 
 
 pytestmark = pytest.mark.slow  # four flow runs, two of them launching 2 torchrun ranks

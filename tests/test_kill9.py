@@ -90,7 +90,7 @@ def test_curate_killed_resamples_only_missing_shards(digits, tmp_path):
         "tasks": {"math": {"source": {"suite": "math", "num_problems": 14, "difficulty": 0, "answer_format": "plain"},
                            "eval_size": 2, "band": "[0, 1]"}},
         "engine": {"kind": "hf", "dtype": "float32"},
-        "pass_rate": {"n": 4, "max_tokens": 4, "shard_size": 1},  # 12 shards of one problem
+        "pass_rate": {"sampling": {"n": 4, "max_tokens": 4}, "shard_size": 1},  # 12 shards of one problem
         "sft": {"enabled": False}, "correction": {"enabled": False}, "synthetic": {"enabled": False},
         "hygiene": {"against_humaneval": False},
     })]
@@ -155,6 +155,7 @@ def test_sft_killed_resumes_to_the_same_weights(tmp_path):
         "model": str(model_dir),
         "stages": [{"name": name, "datasets": {str(data): 1.0}, "num_steps": steps, "seed": index, **stage}
                    for index, (name, steps) in enumerate(SFT_STEPS.items())],
+        "eval": None,
     })]
     checkpoints = "checkpoints/sft/*/*/*/manifest.json"
     total = sum(SFT_STEPS.values())

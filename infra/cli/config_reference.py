@@ -103,7 +103,7 @@ def source_path(cls: type) -> str:
 
 
 def anchor(cls: type) -> str:
-    """The HTML id of `cls`'s section: unique even where two classes share a name (two SFTConfigs)."""
+    """The HTML id of `cls`'s section: unique even if two classes shared a name (tests/test_docs_reference.py keeps them apart)."""
     return f"{cls.__module__.removeprefix('passband.')}.{cls.__qualname__}".replace(".", "-").lower()
 
 

@@ -26,7 +26,7 @@ from passband.tasks.reporting.progress import Progress
 from passband.tasks.sampling.dispatch import run_on_task_workers
 from passband.tasks.sampling.engine import LazyEngine
 from passband.tasks.sampling.keys import verifier_version
-from passband.tasks.sampling.passrate_job import ShardJob, commit_shard, load_shard, sample_shard, sample_shard_job
+from passband.tasks.sampling.passrate_job import ShardJob, ShardSampling, commit_shard, load_shard, sample_shard, sample_shard_job
 
 
 @dataclass
@@ -65,23 +65,22 @@ def estimate_pass_rates(
     engine: LazyEngine,
     tokenizer: Any,
     checkpoint: str,
-    sampling: dict[str, Any],
+    sampling: ShardSampling,
     verifiers: VerifierSettings,
     shard_size: int,
     system_prompt: str | None = None,
 ) -> PassRateResult:
     """Pass rates of `rows` (each {id, task, prompt, reference}) under the engine's model.
 
-    `sampling` holds n (rollouts per problem), top_k (attempts per rollout), temperature,
-    top_p, max_tokens, stop and seed, plus anything else that changes the samples (engine kind
-    and dtype); all of it goes into the shard key, and so do the verifier settings.
+    `sampling`: the sampling, top_k and engine that change the samples; all of it goes into the
+    shard key, and so do the verifier settings.
     """
     start = time.perf_counter()
     calls_before = engine.num_generate_calls
     result = PassRateResult()
     # Versions of what changes the samples or the verdicts (vLLM, transformers, torch, math-verify):
     # an upgrade must not silently reuse pass rates computed by the old stack.
-    key_settings = {**sampling, "system_prompt": system_prompt, "verify": verifiers.model_dump(mode="json"),
+    key_settings = {**sampling.key_fields(), "system_prompt": system_prompt, "verify": verifiers.model_dump(mode="json"),
                     "dependencies": dependency_versions()}
     shards = split_into_shards(rows, shard_size)
     keys = ["passrate/" + shard_key([row["id"] for row in shard], checkpoint, key_settings, verifier_version())
@@ -91,7 +90,7 @@ def estimate_pass_rates(
     missing = [index for index, key in enumerate(keys) if not open_store().exists(key)]
     if missing and engine.workers.workers == "task_workers":
         jobs = [ShardJob(key=keys[index], rows=shards[index], model_ref=engine.model_ref, engine=engine.config,
-                         sampling=shard_sampling(sampling, keys[index]), verifiers=verifiers,
+                         sampling=sampling.for_shard(keys[index]), verifiers=verifiers,
                          system_prompt=system_prompt, manifest_config=manifest_configs[index])
                 for index in missing]
         run_on_task_workers(jobs, engine.workers, sample_shard_job)
@@ -105,7 +104,7 @@ def estimate_pass_rates(
             result.num_shards_computed += index in missing
             run_logger().info("shard %d/%d: reading %s", index + 1, len(shards), key)
         else:
-            summaries, samples = sample_shard(shard, engine, tokenizer, shard_sampling(sampling, key),
+            summaries, samples = sample_shard(shard, engine, tokenizer, sampling.for_shard(key),
                                               verifiers, system_prompt)
             commit_shard(key, summaries, samples, manifest_configs[index])
             result.num_shards_computed += 1
@@ -119,9 +118,3 @@ def estimate_pass_rates(
     result.engine_calls = engine.num_generate_calls - calls_before
     result.seconds = time.perf_counter() - start
     return result
-
-
-def shard_sampling(sampling: dict[str, Any], key: str) -> dict[str, Any]:
-    """The sampling settings of one shard, seeded by the shard's own key (its problems, model,
-    settings): its samples do not depend on which shards ran before it, nor on which process ran it."""
-    return {**sampling, "seed": int(key.rsplit("/", 1)[1][:12], 16)}

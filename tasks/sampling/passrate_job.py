@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import task
 from prefect.cache_policies import NONE
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from passband.curation.catalog import VerifierSettings
 from passband.curation.catalog.verify import verify_groups
@@ -33,10 +33,49 @@ from passband.tasks.artifacts.provenance import code_version
 from passband.tasks.artifacts.store import open_store
 from passband.tasks.sampling.claim import claim, job_run_name
 from passband.tasks.sampling.engine import LazyEngine, kept_engine
-from passband.training.engines import EngineConfig, RolloutEngine
+from passband.training.engines import EngineConfig, RolloutEngine, SamplingConfig
 
 SUMMARY_FILE = "summary.parquet"
 SAMPLES_FILE = "samples.parquet"
+
+
+class ShardSampling(BaseModel):
+    """What changes a pass-rate shard's samples beside its rows, checkpoint and verifiers: the sampling,
+    the attempts per rollout and the engine that draws them. It is hashed into the shard's key
+    (`key_fields`), and the key seeds the shard (`for_shard`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sampling: SamplingConfig
+    """n = rollouts per problem; seed: the run's base seed in the key, the shard's own once `for_shard`."""
+    top_k: int = Field(1, ge=1)
+    """Attempts per rollout; a rollout solves a problem if any of its attempts passes."""
+    engine_kind: str
+    """EngineConfig.kind: the two engines sample differently from the same seed."""
+    engine_dtype: str
+    """EngineConfig.dtype."""
+
+    def key_fields(self) -> dict[str, Any]:
+        """The settings as the shard key hashes them (a flat mapping: the keys, hence the shards'
+        seeds, of every stored shard were computed from exactly these nine entries)."""
+        s = self.sampling
+        return {"n": s.n, "top_k": self.top_k, "temperature": s.temperature, "top_p": s.top_p,
+                "max_tokens": s.max_tokens, "stop": list(s.stop), "seed": s.seed,
+                "engine_kind": self.engine_kind, "engine_dtype": self.engine_dtype}
+
+    def for_shard(self, key: str) -> ShardSampling:
+        """These settings seeded by the shard's own key (its problems, model, settings): its samples do
+        not depend on which shards ran before it, nor on which process ran it."""
+        return self.model_copy(update={"sampling": self.sampling.model_copy(
+            update={"seed": int(key.rsplit("/", 1)[1][:12], 16)})})
+
+    def with_draw(self, n: int) -> ShardSampling:
+        """These settings with `n` rollouts of one attempt each (SFT selection's own draw)."""
+        return self.model_copy(update={"sampling": self.sampling.model_copy(update={"n": n}), "top_k": 1})
+
+    def attempts(self) -> SamplingConfig:
+        """The engine's SamplingConfig: n * top_k attempts per problem."""
+        return self.sampling.model_copy(update={"n": self.sampling.n * self.top_k})
 
 
 class ShardJob(BaseModel):
@@ -52,8 +91,8 @@ class ShardJob(BaseModel):
     """The checkpoint as the flow names it (shipped name, artifact URI or a directory both see)."""
     engine: EngineConfig
     """The flow's engine config (the worker's engine is keyed by it and the checkpoint)."""
-    sampling: dict[str, Any]
-    """n, top_k, temperature, top_p, max_tokens, stop and the shard's own seed."""
+    sampling: ShardSampling
+    """The shard's sampling, seeded by its key."""
     verifiers: VerifierSettings
     """Verifier settings of the run."""
     system_prompt: str | None
@@ -64,20 +103,14 @@ class ShardJob(BaseModel):
 
 @task(name="sample-shard", cache_policy=NONE)
 def sample_shard(
-    shard: list[dict], engine: LazyEngine | RolloutEngine, tokenizer: Any, sampling: dict[str, Any],
+    shard: list[dict], engine: LazyEngine | RolloutEngine, tokenizer: Any, sampling: ShardSampling,
     verifiers: VerifierSettings, system_prompt: str | None,
 ) -> tuple[list[dict], list[dict]]:
     """Generate n * top_k attempts per problem, verify each, summarize per problem."""
     from passband.training.chat import render_prompt
-    from passband.training.engines import SamplingConfig
 
-    num_attempts = sampling["n"] * sampling["top_k"]
-    settings = SamplingConfig(
-        n=num_attempts, temperature=sampling["temperature"], top_p=sampling["top_p"],
-        max_tokens=sampling["max_tokens"], stop=sampling["stop"], seed=sampling["seed"],
-    )
     prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for row in shard]
-    groups = engine.generate(prompts, settings)
+    groups = engine.generate(prompts, sampling.attempts())
     samples = [
         {"problem_id": row["id"], "task": row["task"], "sample_index": s.sample_index, "completion": s.text,
          "finish_reason": s.finish_reason, "num_tokens": len(s.token_ids)}
@@ -89,7 +122,7 @@ def sample_shard(
         sample.update(status=verdict.status, score=verdict.score, detail=verdict.detail)
     statuses = [[s["status"] for s in samples if s["problem_id"] == row["id"]] for row in shard]
     summaries = [{"problem_id": row["id"], **summary}
-                 for row, summary in zip(shard, summarize_attempts(statuses, k=sampling["top_k"]))]
+                 for row, summary in zip(shard, summarize_attempts(statuses, k=sampling.top_k))]
     return summaries, samples
 
 

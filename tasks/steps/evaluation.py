@@ -93,19 +93,25 @@ def run_evaluation(
     return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir)), system_prompt)
 
 
-def log_evaluation(evaluation: Evaluation, prefix: str, step: int, run_id: str) -> dict[str, float]:
-    """Log every report metric and the headline (`mean/pass@k` too) as `<prefix>/<name>` at `step`,
-    and the per-sample rows as the MLflow artifact `eval/<prefix>.jsonl`; return the headline,
-    prefixed."""
+EVAL_PREFIX = "eval"
+"""The MLflow prefix of every held-out evaluation series in SFT and RL (`eval/math/pass@1`,
+`eval/mean/pass@1`, `eval/math/arithmetic/pass@1`, ...), stepped by the training step it scored.
+Their summaries name the first and the last evaluation `before/...` and `after/...`."""
+
+
+def log_evaluation(evaluation: Evaluation, label: str, step: int, run_id: str) -> dict[str, float]:
+    """Log every report metric and the headline (`mean/pass@k` too) as `eval/<name>` at `step`, and
+    the per-sample rows as the MLflow artifact `eval/<label>.jsonl` (`before`, `after`,
+    `iter-000004`, ...); return the headline, unprefixed."""
     from passband.tasks.reporting import tracking
 
-    headline = {f"{prefix}/{name}": value for name, value in evaluation.headline().items()}
-    tracking.log_metrics({f"{prefix}/{name}": value for name, value in evaluation.report.metrics().items()} | headline,
+    headline = evaluation.headline()
+    tracking.log_metrics({f"{EVAL_PREFIX}/{name}": value for name, value in (evaluation.report.metrics() | headline).items()},
                          step=step, run_id=run_id)
     with tempfile.TemporaryDirectory(prefix="passband-eval-") as tmp:
-        path = Path(tmp) / f"{prefix.replace('/', '_')}.jsonl"
+        path = Path(tmp) / f"{label.replace('/', '_')}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in evaluation.rows))
-        tracking.log_artifact_file(path, "eval", run_id)
+        tracking.log_artifact_file(path, EVAL_PREFIX, run_id)
     return headline
 
 

@@ -1,6 +1,6 @@
 """One evaluation routine: a live engine on named held-out sets -> an `Evaluation` (docs/recipe.md section 8).
 
-The evaluate flow, SFT (before/after) and RL (before, every `eval.every`, after) all call
+The evaluate flow, SFT (before/after) and RL (before, every `eval_every`, after) all call
 `evaluate`; they differ only in which engine they pass (RL passes its own live engine, already
 at the current weights) and where they log. Eval sets are named lists of suite rows; the report
 groups by eval-set name, so `humaneval` and a procedural `code` set, both verified by the code

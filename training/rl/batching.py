@@ -32,6 +32,9 @@ class RolloutBatch:
     """G: rollouts per prompt."""
     truncated: list[bool] | None = None
     """True where the engine stopped at max_tokens (finish_reason 'length'); None if unknown."""
+    temperature: float = 1.0
+    """The temperature the responses were sampled at: the trainer's log-probs divide the logits by it,
+    so that they are those of the sampled distribution (the engine's `engine_logp` are)."""
 
     def __post_init__(self) -> None:
         num_rows = len(self.response_ids)
@@ -68,12 +71,14 @@ def build_rollout_batch(
     valid: list[list[bool]],
     tasks: list[str],
     mask_truncated: bool = True,
+    temperature: float = 1.0,
 ) -> RolloutBatch:
     """Flatten the engine's samples (one list of G per prompt) into a `RolloutBatch`.
 
     rewards/valid: nested like `samples_per_prompt`; a None reward becomes NaN and must be invalid.
     tasks: one task name per prompt. mask_truncated: also mark samples that hit max_tokens
     invalid (docs/recipe.md section 4: a truncated output is unparsable, whatever the verifier extracted).
+    temperature: the sampling temperature of the samples (RolloutBatch.temperature).
     """
     if not (len(samples_per_prompt) == len(rewards) == len(valid) == len(tasks)):
         raise ValueError(
@@ -100,4 +105,4 @@ def build_rollout_batch(
             batch["valid"].append(bool(is_valid) and not (mask_truncated and truncated))
             batch["tasks"].append(tasks[p])
             batch["truncated"].append(truncated)
-    return RolloutBatch(group_size=group_size, **batch)
+    return RolloutBatch(group_size=group_size, temperature=temperature, **batch)

@@ -198,10 +198,6 @@ class RLAlgoConfig(BaseModel):
     )
     kl_cov_coef: float = Field(default=1.0, ge=0, description="KL-Cov coefficient on |logp - old_logp| of the selected tokens.")
 
-    temperature: float = Field(
-        default=1.0, gt=0, description="Sampling temperature of the rollouts; the trainer's log-probs use logits / temperature."
-    )
-
     @model_validator(mode="before")
     @classmethod
     def _resolve_level_defaults(cls, data: Any) -> Any:

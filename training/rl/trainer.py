@@ -22,7 +22,7 @@ class BestCheckpoint:
     """The best held-out evaluation so far and the checkpoint that scored it."""
 
     metric: str
-    """The config's eval.best_metric, e.g. `mean/pass@1`."""
+    """The config's best_metric, e.g. `mean/pass@1`."""
     value: float
     iteration: int
     uri: str

@@ -156,7 +156,7 @@ def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[i
     try:
         with autocast_for(precision, model.lm_head.weight.device):
             return response_logprobs(model, [batch.prompt_ids[i] for i in chunk],
-                                     [batch.response_ids[i] for i in chunk], cfg.temperature, cfg.logprob_chunk_size,
+                                     [batch.response_ids[i] for i in chunk], batch.temperature, cfg.logprob_chunk_size,
                                      cfg.pad_to_multiple)
     finally:
         if handle is not None:
@@ -177,7 +177,7 @@ def _chunk_entropy(model: torch.nn.Module, batch: RolloutBatch, chunk: list[int]
                    cfg: RLAlgoConfig) -> Tensor:
     """Token entropy `[mb, w]` of the rows `chunk` from their forward's final hidden states `[mb, L, H]`."""
     responses = _response_hidden(hidden.detach(), [batch.prompt_ids[i] for i in chunk],
-                                 [batch.response_ids[i] for i in chunk], mask.shape[1]) / cfg.temperature
+                                 [batch.response_ids[i] for i in chunk], mask.shape[1]) / batch.temperature
     return entropy_from_hidden(responses, model.lm_head.weight, mask, cfg.logprob_chunk_size, reduction="none")
 
 
