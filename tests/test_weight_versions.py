@@ -176,15 +176,24 @@ def test_vllm_engine_samples_the_same_bits_either_way(smollm2_dir: Path, tmp_pat
         def sampled() -> list[tuple[list[int], list[float]]]:
             return [(s.token_ids, s.logprobs) for group in engine.generate(prompts, sampling) for s in group]
 
+        def engine_head() -> torch.Tensor:
+            """The engine's fp32 LM head, without the rows vLLM pads the vocabulary with."""
+            vocab = model.config.vocab_size
+            return engine.llm.collective_rpc(lambda worker: worker.model_runner.get_model().lm_head.weight[:vocab].clone())[0]
+
+        trainer_head = model.get_output_embeddings().weight.detach()
         shipped = sampled()
         model.save_pretrained(tmp_path / "fp32")
         engine.release_weights()
         engine.load_weights(tmp_path / "fp32")
-        cast_inside = sampled()
+        cast_inside, head_inside = sampled(), engine_head()
         engine.release_weights()
         push_weights(model, engine, config, tmp_path, 1)
-        cast_before = sampled()
+        cast_before, head_before = sampled(), engine_head()
     finally:
         engine.close()
     assert cast_inside != shipped  # the sync changed the weights the engine samples from
     assert cast_before == cast_inside
+    # the head is the trainer's fp32 one, bit for bit, either way
+    assert head_inside.dtype == head_before.dtype == torch.float32
+    assert torch.equal(head_inside, trainer_head) and torch.equal(head_before, trainer_head)
