@@ -33,7 +33,8 @@ def engine_tensors(model: torch.nn.Module, dtype: torch.dtype,
             continue
         seen.add(tensor.data_ptr())
         keep_fp32 = lm_head_fp32 and tensor.data_ptr() == head.data_ptr()
-        yield name, tensor.to(torch.float32 if keep_fp32 else dtype).contiguous()
+        # cast where the tensor lives (on a GPU: half the bytes to copy out), then to host memory
+        yield name, tensor.to(torch.float32 if keep_fp32 else dtype).cpu().contiguous()
 
 
 def write_shards(tensors: Iterator[tuple[str, torch.Tensor]], out_dir: Path,
