@@ -56,7 +56,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
         train_s = time.perf_counter() - train_start
     with peaks.phase("weight_sync"):
         sync_start = time.perf_counter()
-        push_weights(trainer.model, engine, scratch)
+        push_weights(trainer.model, engine, config.engine, scratch, iteration)
         sync_s = time.perf_counter() - sync_start
 
     metrics |= zero_variance_fractions(batch) | rollouts.metrics

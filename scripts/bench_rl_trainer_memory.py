@@ -53,6 +53,7 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
     from passband.training.rl.batching import RolloutBatch
     from passband.training.rl.config import RLAlgoConfig
     from passband.training.rl.trainer import open_trainer
+    from passband.training.weights.versions import publish_version
 
     stages["imports"] = rss_gb()
     algo = RLAlgoConfig(lr=1e-5, micro_batch_size=8, **overrides)
@@ -91,9 +92,10 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
             metrics = update.rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, algo)
             seconds.append(time.perf_counter() - start)
             stages[f"after update {len(seconds)}"] = rss_gb()
-        save = in_phase(phases, "weight-sync save", trainer.model.save_pretrained)
-        with tempfile.TemporaryDirectory() as scratch:  # the weight sync's save (tasks/steps/rl.py: push_weights)
-            save(Path(scratch) / "weights")
+        # the weight sync's save (tasks/steps/rl.py: push_weights), for the RL flow's bf16 engine
+        save = in_phase(phases, "weight-sync save", publish_version)
+        with tempfile.TemporaryDirectory() as scratch:
+            save(trainer.model, Path(scratch) / "weights", 1, "bfloat16", False)
         stages["after weight-sync save"] = rss_gb()
         trim_heap()  # what is left is what the process holds: the rest was freed heap kept by malloc
         stages["after malloc_trim"] = rss_gb()

@@ -9,7 +9,6 @@ trainer_state.json of each checkpoint holds the trainer's RLState (training/rl/t
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,10 @@ from passband.curation.hygiene import asks_held_out
 from passband.curation.suites.source import ProblemSource
 from passband.tasks.artifacts.checkpoints import commit_checkpoint, newest_committed, scratch_dir
 from passband.tasks.artifacts.store import fetch_artifact, open_store
+from passband.training.engines.config import EngineConfig
 from passband.training.engines.protocol import RolloutEngine, Sample
 from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
+from passband.training.weights.versions import load_version, publish_version
 
 CHECKPOINT_ROOT = "checkpoints/rl"
 SCORED_STATUSES = ("pass", "fail", "timeout")
@@ -103,13 +104,13 @@ def score_rollouts(
     return rewards, valid, counts
 
 
-def push_weights(model: Any, engine: RolloutEngine, scratch: Path) -> None:
-    """Hand the trainer's current weights to the engine (safetensors in `scratch`, in-place reload)."""
-    target = scratch / "weights"
-    if target.exists():
-        shutil.rmtree(target)
-    model.save_pretrained(target)
-    engine.load_weights(target)
+def push_weights(model: Any, engine: RolloutEngine, engine_config: EngineConfig, scratch: Path, version: int) -> None:
+    """Hand the trainer's current weights to the engine: published as `version` under
+    `scratch/weights` in the engine's dtype (training/weights/versions.py, the path rollout workers
+    in other processes load from; one version kept here), then reloaded in place."""
+    root = scratch / "weights"
+    publish_version(model, root, version, engine_config.dtype, engine_config.lm_head_fp32, keep=1)
+    load_version(engine, root, version)
 
 
 def checkpoint_key(run_key: str, iteration: int) -> str:

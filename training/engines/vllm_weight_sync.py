@@ -77,6 +77,12 @@ class WeightSyncExtension:
                 for key in HEAD_KEYS:
                     if key in f.keys():
                         weight = f.get_tensor(key).float()
+                        if head.weight.dtype == torch.float32:
+                            # already fp32 (our own copy, after the first load; or an fp32 engine's
+                            # own head, which the reload has just given these values): in place,
+                            # sparing a second vocabulary-sized fp32 tensor
+                            head.weight.data[: weight.shape[0]].copy_(weight)
+                            return key
                         # vLLM pads the vocabulary to a multiple of 64; padded rows stay zero
                         padded = torch.zeros(head.weight.shape, dtype=torch.float32)
                         padded[: weight.shape[0]] = weight
