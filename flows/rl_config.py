@@ -9,9 +9,12 @@ from passband.curation.catalog import TASKS, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
 from passband.training.rl.config import RLAlgoConfig
+from passband.training.sft.config import DistributedConfig
 
-# Settings that change how a run proceeds, not what it produces: left out of the cache and run keys.
-RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run"}
+# Settings that change how a run proceeds, not what it produces: left out of the cache and run keys
+# (`distributed`: N ranks give the one-process weights up to float summation order, and a checkpoint
+# written under any rank count resumes under any other).
+RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run", "distributed"}
 
 
 class RewardConfig(Config):
@@ -102,6 +105,10 @@ class RLConfig(Config):
     its own; see EngineConfig.in_process)."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
     """The update: objective, clipping, inner steps, mismatch correction, KL, entropy options."""
+    distributed: DistributedConfig = DistributedConfig()
+    """Trainer ranks: nproc_per_node > 1 runs the update under torchrun, the policy (and the reference)
+    sharded by FSDP2, on long-lived ranks the flow drives (tasks/steps/rl_torchrun.py); the flow keeps
+    the engine, the verifiers, MLflow and the checkpoint commits."""
     reward: RewardConfig = RewardConfig()
     """Verifier settings."""
     checkpoint_every: int = Field(5, ge=0)
