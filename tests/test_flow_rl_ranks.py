@@ -61,9 +61,9 @@ def test_two_ranks_match_the_in_process_run_and_resume_in_one(harness, tmp_path,
         # The ranks sum gradients in another fp32 order (tests/test_rl_ranks.py: 1.2e-7 apart). Where a
         # gradient is below AdamW's eps = 1e-8, the first step is lr * g / eps, a gain of lr/eps = 1e6 on
         # its rounding: measured here, one embedding entry with g = 1.2e-9, the runs' g 5.6e-11 apart,
-        # moved 4.5e-5 apart (a step moves a weight by up to lr = 1e-2). Such entries (rare tokens' rows:
-        # measured 150 of 90624 above 1e-6 after 2 iterations) stay within lr/eps x 1e-10 = 1e-4; the
-        # bulk (all but 1%) within 1e-6. AdamW is nearly blind to the gradient's scale, so a dropped or
+        # moved 4.5e-5 apart (a step moves a weight by up to lr = 1e-2). Measured: 150 of 90624 entries
+        # above 1e-6 after 2 iterations, none above 4.5e-5. Bounds: the max within lr/eps x 1e-10 = 1e-4,
+        # the bulk (all but 1%) within 1e-6. AdamW is nearly blind to the gradient's scale, so a dropped or
         # doubled micro-batch is caught by the grad norm below rather than by the weights.
         assert float(diffs.max()) <= 1e-4 and int((diffs > 1e-6).sum()) <= diffs.numel() // 100
         assert summary.metrics["math/reward"] == one.metrics["math/reward"]
