@@ -14,6 +14,8 @@ the last; the checkpoint with the best `best_metric` is the `best_checkpoint` ou
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,19 +49,21 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
         if run.cached is not None:
             logger.info("reusing the completed rl run %s", run.cached.mlflow_run_id)
             return run.cached
-        # 1. Problems, held-out sets, the trainer (resumed from this config's newest checkpoint), the engine.
+        # 1. Problems, held-out sets, the trainer (resumed from this config's newest checkpoint; in this
+        # process, or torchrun ranks when distributed.nproc_per_node > 1), the engine.
         model_dir, eval_sets, problems = _load_data(config, run.run_id, logger)
-        trainer, engine = _open_trainer_and_engine(config, run.config_id, model_dir, problems, logger)
-        schedule, state = schedule_of(config), trainer.state
-        evaluator = Evaluator(config, schedule, engine, eval_sets, model_dir, run.run_id,
-                              lambda iteration: checkpoint_uri(run.config_id, iteration), logger)
-        checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, done_before_run=state.iteration)
-        early_stop = EarlyStop(config.early_stop, logger)
+        with scratch_dir("rl-sync-") as scratch, _trainer(config, run.config_id, model_dir, problems, scratch,
+                                                          logger) as trainer:
+            engine = _open_engine(config, model_dir, problems, trainer)
+            schedule, state = schedule_of(config), trainer.state
+            evaluator = Evaluator(config, schedule, engine, eval_sets, model_dir, run.run_id,
+                                  lambda iteration: checkpoint_uri(run.config_id, iteration), logger)
+            checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, done_before_run=state.iteration)
+            early_stop = EarlyStop(config.early_stop, logger)
 
-        # 2. The loop: the recipe; each part knows when it is due.
-        evaluator.baseline(state)
-        progress = Progress(f"rl iterations (of {config.num_iterations})", config.num_iterations, "iterations")
-        with scratch_dir("rl-sync-") as scratch:
+            # 2. The loop: the recipe; each part knows when it is due.
+            evaluator.baseline(state)
+            progress = Progress(f"rl iterations (of {config.num_iterations})", config.num_iterations, "iterations")
             for iteration in schedule.iterations(state.iteration):
                 metrics = run_iteration(config, trainer, engine, problems, iteration, scratch)
                 logger.info(iteration_line(iteration, metrics, sorted(problems)))
@@ -73,7 +77,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                 progress.update(iteration)
                 if state.stopped_early:
                     break
-        engine.close()
+            engine.close()
 
         # 3. Outputs: the final and the best checkpoint.
         return _finish(config, run, state, sorted(problems), time.perf_counter() - started, logger)
@@ -105,19 +109,29 @@ def _load_data(config: RLConfig, run_id: str, logger: Any) -> tuple[str, dict[st
     return model_dir, eval_sets, problems
 
 
-def _open_trainer_and_engine(config: RLConfig, run_key: str, model_dir: str, problems: dict[str, list[dict]],
-                             logger: Any) -> tuple[Any, Any]:
-    """The trainer, resumed from this config's newest checkpoint when `resume`, and the rollout
-    engine on its weights."""
-    from passband.tasks.steps.rl import checkpoint_uri, last_checkpoint_iteration, open_rl_trainer
-    from passband.tasks.steps.rollout import open_engine
+@contextmanager
+def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str, list[dict]], scratch: Path,
+             logger: Any) -> Iterator[Any]:
+    """The trainer, resumed from this config's newest checkpoint when `resume`: in this process, or
+    the torchrun ranks serving it (their files under `scratch`), stopped when the block ends."""
+    from passband.tasks.steps.rl import checkpoint_uri, last_checkpoint_iteration, rl_trainer
 
     last = last_checkpoint_iteration(run_key, config.num_iterations) if config.resume else None
-    trainer = open_rl_trainer(model_dir, sorted(problems), config.algo, checkpoint_uri(run_key, last) if last else None)
+    resume_uri = checkpoint_uri(run_key, last) if last else None
     if last:
-        logger.info("rl: resuming after iteration %d from %s", last, checkpoint_uri(run_key, last))
-    engine = open_engine(_engine_config(config, problems, model_dir, trainer.tokenizer), trainer.weights_dir)
-    return trainer, engine
+        logger.info("rl: resuming after iteration %d from %s", last, resume_uri)
+    nproc = config.distributed.nproc_per_node
+    if nproc > 1:
+        logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", nproc)
+    with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, nproc, scratch / "ranks") as trainer:
+        yield trainer
+
+
+def _open_engine(config: RLConfig, model_dir: str, problems: dict[str, list[dict]], trainer: Any) -> Any:
+    """The rollout engine on the trainer's first weights."""
+    from passband.tasks.steps.rollout import open_engine
+
+    return open_engine(_engine_config(config, problems, model_dir, trainer.tokenizer), trainer.weights_dir)
 
 
 def _record(state: RLState, metrics: dict[str, float], iteration: int, run_id: str) -> None:

@@ -11,9 +11,12 @@ from passband.flows.config import Config
 from passband.flows.eval_config import EvalConfig, check_answer_format
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
+from passband.training.sft.config import DistributedConfig
 
-# Settings that change how a run proceeds, not what it produces: left out of the cache and run keys.
-RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run"}
+# Settings that change how a run proceeds, not what it produces: left out of the cache and run keys
+# (`distributed`: N ranks give the one-process weights up to float summation order, and a checkpoint
+# written under any rank count resumes under any other).
+RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run", "distributed"}
 
 
 class RewardConfig(Config):
@@ -76,6 +79,10 @@ class RLConfig(Config):
     on; `algo.skip_zero_gradient_rows` then skips the zero-variance groups' compute)."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
     """The update: objective, clipping, inner steps, mismatch correction, KL, entropy options."""
+    distributed: DistributedConfig = DistributedConfig()
+    """Trainer ranks: nproc_per_node > 1 runs the update under torchrun, the policy (and the reference)
+    sharded by FSDP2, on long-lived ranks the flow drives (tasks/steps/rl_torchrun.py); the flow keeps
+    the engine, the verifiers, MLflow and the checkpoint commits."""
     reward: RewardConfig = RewardConfig()
     """Verifier settings."""
     checkpoint_every: int = Field(5, ge=0)

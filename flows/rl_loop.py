@@ -15,6 +15,7 @@ from passband.flows.rl_config import EarlyStopConfig, RLConfig
 from passband.training.rl.schedule import RLSchedule
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
+    from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.engines import RolloutEngine
     from passband.training.rl.trainer import RLState, RLTrainer
 
@@ -30,7 +31,8 @@ def iteration_seed(config: RLConfig, iteration: int) -> int:
     return config.seed * 1_000_003 + iteration
 
 
-def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
+def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: RolloutEngine,
+                  problems: dict[str, list[dict]],
                   iteration: int, scratch: Path) -> dict[str, float]:
     """Outer iteration `iteration` (1-based): draw, roll out, score, update, push the weights; its
     metrics. Advances trainer.state's iteration and prompt cursor."""
@@ -39,6 +41,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
     from passband.flows.rl_rollouts import collect_rollouts
     from passband.tasks.host.memory import PhasePeaks, resident_gb
     from passband.tasks.steps.rl import push_weights
+    from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.rollout_metrics import zero_variance_fractions
     from passband.training.rl.update import rl_update
 
@@ -51,12 +54,18 @@ def run_iteration(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
     batch = rollouts.batch
     with peaks.phase("training"):
         train_start = time.perf_counter()
-        generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
-        metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
+        if isinstance(trainer, RanksTrainer):  # the update on the torchrun ranks; they publish the full weights
+            metrics = trainer.update(batch, iteration_seed(config, iteration))
+        else:
+            generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
+            metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
         train_s = time.perf_counter() - train_start
     with peaks.phase("weight_sync"):
         sync_start = time.perf_counter()
-        push_weights(trainer.model, engine, config.engine, scratch, iteration)
+        if isinstance(trainer, RanksTrainer):
+            engine.load_weights(trainer.published)
+        else:
+            push_weights(trainer.model, engine, config.engine, scratch, iteration)
         sync_s = time.perf_counter() - sync_start
 
     metrics |= zero_variance_fractions(batch) | rollouts.metrics

@@ -9,6 +9,8 @@ trainer_state.json of each checkpoint holds the trainer's RLState (training/rl/t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from passband.curation.hygiene import asks_held_out
 from passband.curation.suites.source import ProblemSource
 from passband.tasks.artifacts.checkpoints import commit_checkpoint, newest_committed, scratch_dir
 from passband.tasks.artifacts.store import fetch_artifact, open_store
+from passband.tasks.steps.rl_torchrun import RanksTrainer, trainer_ranks
 from passband.training.engines.config import EngineConfig
 from passband.training.engines.protocol import RolloutEngine, Sample
 from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
@@ -133,9 +136,28 @@ def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str
     return open_trainer(Path(model_dir), tasks, algo, fetch_artifact(resume_uri) if resume_uri else None)
 
 
-def save_rl_checkpoint(trainer: RLTrainer, run_key: str, config: dict[str, Any]) -> str:
+@contextmanager
+def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None, nproc_per_node: int,
+               work_dir: Path) -> Iterator[RLTrainer | RanksTrainer]:
+    """The in-process trainer (`open_rl_trainer`), or with nproc_per_node > 1 the torchrun ranks
+    serving it (tasks/steps/rl_torchrun.py, their files under `work_dir`), stopped at the end."""
+    if nproc_per_node == 1:
+        yield open_rl_trainer(model_dir, tasks, algo, resume_uri)
+        return
+    resume_dir = fetch_artifact(resume_uri) if resume_uri else None
+    with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, nproc_per_node, work_dir) as trainer:
+        yield trainer
+
+
+def save_rl_checkpoint(trainer: RLTrainer | RanksTrainer, run_key: str, config: dict[str, Any]) -> str:
     """Checkpoint the trainer (weights, optimizer, RNG, RLState) as an artifact; its URI."""
     iteration = trainer.state.iteration
+    key, extra = checkpoint_key(run_key, iteration), {"iteration": iteration}
+    if isinstance(trainer, RanksTrainer):  # rank 0 wrote it in the ranks' work dir
+        path = trainer.save()
+        uri = commit_checkpoint(str(path), key, "rl", config, extra)
+        shutil.rmtree(path)
+        return uri
     with scratch_dir("rl-checkpoint-") as scratch:
         path = save_trainer(trainer, scratch)
-        return commit_checkpoint(str(path), checkpoint_key(run_key, iteration), "rl", config, {"iteration": iteration})
+        return commit_checkpoint(str(path), key, "rl", config, extra)

@@ -78,10 +78,26 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     The reference model is always `model_dir`, the start of the run.
     """
     from passband.training.checkpoint import load_checkpoint, restore_rng_state
-    from passband.training.model_source import load_causal_lm, load_tokenizer
+    from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
 
     weights_dir = Path(resume_dir or model_dir)
+    model = load_policy(weights_dir, algo)
+    optimizer = build_optimizer(model, algo)
+    state = RLState(consumed={name: 0 for name in tasks})
+    if resume_dir is not None:
+        loaded = load_checkpoint(weights_dir)
+        optimizer.load_state_dict(loaded.optimizer_state)
+        restore_rng_state(loaded.rng_state)
+        state = RLState.from_json(loaded.trainer_state)
+    ref_model = load_reference(Path(model_dir), algo) if algo.kl_coef > 0 else None
+    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state)
+
+
+def load_policy(weights_dir: Path, algo: RLAlgoConfig) -> torch.nn.Module:
+    """The policy at `weights_dir`, dropout off, with the config's attention and activation checkpointing."""
+    from passband.training.model_source import load_causal_lm
+
     # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
     model = load_causal_lm(weights_dir).eval()
     model.set_attn_implementation(algo.attention)
@@ -91,18 +107,16 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
         _zero_dropout(model)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
-    optimizer = build_optimizer(model, algo)
-    state = RLState(consumed={name: 0 for name in tasks})
-    if resume_dir is not None:
-        loaded = load_checkpoint(weights_dir)
-        optimizer.load_state_dict(loaded.optimizer_state)
-        restore_rng_state(loaded.rng_state)
-        state = RLState.from_json(loaded.trainer_state)
-    ref_model = None
-    if algo.kl_coef > 0:
-        ref_model = load_causal_lm(Path(model_dir)).eval().requires_grad_(False)
-        ref_model.set_attn_implementation(algo.attention)
-    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state)
+    return model
+
+
+def load_reference(model_dir: Path, algo: RLAlgoConfig) -> torch.nn.Module:
+    """The frozen reference policy: the run's start model."""
+    from passband.training.model_source import load_causal_lm
+
+    ref_model = load_causal_lm(model_dir).eval().requires_grad_(False)
+    ref_model.set_attn_implementation(algo.attention)
+    return ref_model
 
 
 def _zero_dropout(model: torch.nn.Module) -> None:

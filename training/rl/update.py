@@ -63,6 +63,7 @@ from passband.training.rl.entropy import entropy_from_hidden
 from passband.training.rl.kl import kl_reward_penalty
 from passband.training.rl.loss import LossInputs, LossSettings, compute_loss, loss_settings
 from passband.training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
+from passband.training.rl.ranks import full_norm, merge_rows, own_chunks, through_root
 from passband.training.rl.rollout_metrics import rollout_metrics
 from passband.training.precision_setting import Precision
 from passband.training.sft.precision import autocast_for, resolve_precision
@@ -155,9 +156,14 @@ def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[i
         handle = model.model.register_forward_hook(lambda _m, _args, out: hidden.append(out.last_hidden_state))
     try:
         with autocast_for(precision, model.lm_head.weight.device):
-            return response_logprobs(model, [batch.prompt_ids[i] for i in chunk],
-                                     [batch.response_ids[i] for i in chunk], batch.temperature, cfg.logprob_chunk_size,
-                                     cfg.pad_to_multiple)
+            def run(lm: torch.nn.Module) -> tuple[Tensor, Tensor]:
+                out = response_logprobs(lm, [batch.prompt_ids[i] for i in chunk],
+                                        [batch.response_ids[i] for i in chunk], batch.temperature,
+                                        cfg.logprob_chunk_size, cfg.pad_to_multiple)
+                return out.logp, out.mask
+
+            logp, mask = through_root(model, run)
+            return ResponseLogprobs(logp=logp, mask=mask)
     finally:
         if handle is not None:
             handle.remove()
@@ -178,7 +184,8 @@ def _chunk_entropy(model: torch.nn.Module, batch: RolloutBatch, chunk: list[int]
     """Token entropy `[mb, w]` of the rows `chunk` from their forward's final hidden states `[mb, L, H]`."""
     responses = _response_hidden(hidden.detach(), [batch.prompt_ids[i] for i in chunk],
                                  [batch.response_ids[i] for i in chunk], mask.shape[1]) / batch.temperature
-    return entropy_from_hidden(responses, model.lm_head.weight, mask, cfg.logprob_chunk_size, reduction="none")
+    return through_root(model, lambda lm: (
+        entropy_from_hidden(responses, lm.lm_head.weight, mask, cfg.logprob_chunk_size, reduction="none"),))[0]
 
 
 @torch.no_grad()
@@ -195,14 +202,22 @@ def _scoring_pass(
     device = model.lm_head.weight.device
     logp = torch.zeros(batch.num_rows, width, device=device)
     entropy = torch.zeros(batch.num_rows, width, device=device)
-    for chunk in chunks:
+    own_rows = []
+    for chunk, counts in own_chunks(chunks):  # all of them in one process; this rank's share under ranks
         captured: list[Tensor] = []
         out = _forward_logprobs(model, batch, chunk, cfg, precision, captured if with_entropy else None)
+        chunk_entropy = _chunk_entropy(model, batch, chunk, captured[0], out.mask, cfg) if with_entropy else None
+        if not counts:  # a rank's padding pass: it joined the others' collectives, its values are not used
+            continue
         index = torch.tensor(chunk, device=device)
         chunk_width = out.logp.shape[1]
         logp[index, :chunk_width] = out.logp
         if with_entropy:
-            entropy[index, :chunk_width] = _chunk_entropy(model, batch, chunk, captured[0], out.mask, cfg)
+            entropy[index, :chunk_width] = chunk_entropy
+        own_rows += chunk
+    every_row = [row for chunk in chunks for row in chunk]
+    merge_rows(logp, own_rows, every_row)
+    merge_rows(entropy, own_rows, every_row)
     return logp, entropy
 
 
@@ -264,9 +279,16 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
     """
     optimizer.zero_grad(set_to_none=True)
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    for chunk in chunks:
+    own_rows = []
+    for chunk, counts in own_chunks(chunks):  # all of them in one process; this rank's share under ranks
         hidden: list[Tensor] | None = [] if entropy is not None else None
         out = _forward_logprobs(model, batch, chunk, cfg, precision, hidden)
+        if not counts:  # a rank's padding pass (training/rl/ranks.py): the others' collectives, zero gradient
+            (out.logp.sum() * 0.0).backward()
+            if entropy is not None:
+                _chunk_entropy(model, batch, chunk, hidden[0], out.mask, cfg)
+            continue
+        own_rows += chunk
         index = torch.tensor(chunk, device=out.logp.device)
         width = out.logp.shape[1]
         step_logp[index, :width] = out.logp.detach()
@@ -276,11 +298,15 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
         if cfg.trim_heap and cfg.trim_heap_each_micro_batch:
             del out, hidden  # this micro-batch's last references, so its activations are free to return
             trim_heap()
+    every_row = [row for chunk in chunks for row in chunk]
+    merge_rows(step_logp, own_rows, every_row)  # under ranks: every rank's copy holds every forwarded row
+    if entropy is not None:
+        merge_rows(entropy, own_rows, every_row)
     if not chunks:  # every row skipped: their backward would have left zeros, which the step still applies
         for p in params:
             p.grad = torch.zeros_like(p)
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    grad_norm = float(full_norm(torch.nn.utils.clip_grad_norm_(params, max_norm)))
     optimizer.step()
     # The forwarded rows at once (no gradient): their loss is the sum of the micro-batch shares, the
     # full-batch loss (a skipped row's share is 0), and the clip/ratio fractions are over the forwarded

@@ -136,3 +136,19 @@ def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimize
 
     set_optimizer_state_dict(model, optimizer, optimizer_state_by_name(state, parameter_names(model)),
                              options=StateDictOptions(full_state_dict=True))
+
+
+def close_process_group() -> None:
+    """The end of a torchrun entry point: a no-op in one process.
+
+    Free the sharded model (its DTensors hold the process group) and let every rank arrive
+    before the group goes: a gloo group torn down by interpreter finalization instead, with
+    a peer already gone, aborted a rank (SIGABRT, "terminate called without an active
+    exception") in a flow-launched run.
+    """
+    if torch.distributed.is_initialized():
+        import gc
+
+        gc.collect()
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()

@@ -23,19 +23,17 @@ written (`{"checkpoint_saved": path, "step": 2}`), and the last (`{"checkpoint":
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from pathlib import Path
 
-import torch
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from passband.training.model_source import load_causal_lm, load_tokenizer
 from passband.training.sft.config import StageConfig
 from passband.training.sft.data import encode_rows, mix_stage_rows
-from passband.training.sft.distributed import rank
+from passband.training.sft.distributed import close_process_group, rank
 from passband.training.sft.loop import CheckpointCallback, MetricsCallback, TrainResult, train_stage
 from passband.training.sft.packing import SFTExample
 from passband.training.sft.sources import read_chat_rows
@@ -110,14 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run(LaunchConfig.model_validate(yaml.safe_load(args.config.read_text())))
     if rank() == 0:
         print(json.dumps({"checkpoint": str(result.last_checkpoint), "num_steps": result.num_steps}), flush=True)
-    if torch.distributed.is_initialized():
-        # Free the sharded model (its DTensors hold the process group) and let every rank arrive
-        # before the group goes: a gloo group torn down by interpreter finalization instead, with
-        # a peer already gone, aborted a rank (SIGABRT, "terminate called without an active
-        # exception") in a flow-launched run.
-        gc.collect()
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    close_process_group()
 
 
 if __name__ == "__main__":

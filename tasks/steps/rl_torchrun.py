@@ -1,0 +1,111 @@
+"""The RL trainer as torchrun ranks, seen from the flow: launched once, driven by request files.
+
+With `distributed.nproc_per_node > 1` the rl flow holds no model: the ranks
+(`python -m passband.training.rl.launch`, FSDP2, training/rl/launch.py) hold the sharded policy,
+the reference and the AdamW state for the whole run. The flow writes each iteration's scored batch
+as a request, reads rank 0's answer (the update's metrics, the full weights it published for the
+engine's weight sync) and asks for a checkpoint where its schedule says; rank 0 writes it in the
+one-process layout and this process commits it manifest-last, as the in-process trainer's are. A
+rank that dies ends torchrun: its stdout closes and the next answer raises with the ranks' stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from passband.tasks.host.processes import terminate_group
+from passband.tasks.steps.sft_torchrun import RANK_ENV
+from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.launch import RanksConfig, batch_request, write_request
+from passband.training.rl.trainer import RLState
+
+
+@dataclass
+class RanksTrainer:
+    """What the flow sees of a trainer (tokenizer, first weights, RLState) and the ranks serving it."""
+
+    tokenizer: Any
+    weights_dir: Path
+    """Where the engine loads its first weights from (the start model or the resumed checkpoint)."""
+    state: RLState
+    work_dir: Path
+    ranks: subprocess.Popen
+    nproc_per_node: int
+    sent: int = 0
+    """Requests written so far (the next is sent + 1)."""
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.sent += 1
+        write_request(self.work_dir, self.sent, request)
+        reply = self._read()
+        if reply.get("request") != self.sent:
+            raise RuntimeError(f"trainer ranks answered {reply} to request {self.sent} ({request['kind']})")
+        return reply
+
+    def _read(self) -> dict[str, Any]:
+        """Rank 0's next JSON line (anything else a library prints on its stdout is skipped)."""
+        for line in self.ranks.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        self.ranks.wait()
+        stderr = (self.work_dir / "ranks.stderr").read_text()[-4000:]
+        raise RuntimeError(f"torchrun --nproc_per_node {self.nproc_per_node} for the rl trainer exited with code "
+                           f"{self.ranks.returncode}; the ranks' stderr ends:\n{stderr}")
+
+    def update(self, batch: RolloutBatch, seed: int) -> dict[str, float]:
+        """One rl_update on the ranks (Clip-Cov seeded with `seed`); its metrics. The updated full
+        weights are then at `published`."""
+        return self._ask(batch_request(batch, seed))["metrics"]
+
+    @property
+    def published(self) -> Path:
+        return self.work_dir / "weights"
+
+    def save(self) -> Path:
+        """The ranks' checkpoint of this iteration (weights, AdamW, RNG, this RLState); its local path."""
+        name = f"iter-{self.state.iteration:06d}"
+        return Path(self._ask({"kind": "checkpoint", "name": name, "state": self.state.to_json()})["checkpoint"])
+
+
+@contextmanager
+def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None,
+                  nproc_per_node: int, work_dir: Path) -> Iterator[RanksTrainer]:
+    """Launch the ranks (from `resume_dir`, a checkpoint directory, when given) and yield their
+    handle once they are ready; stop them at the end, or kill their process group on an error."""
+    from passband.training.checkpoint import load_checkpoint
+    from passband.training.model_source import load_tokenizer
+
+    config = RanksConfig(model=model_dir, resume_from=resume_dir, algo=algo, work_dir=work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc_per_node),
+               "-m", "passband.training.rl.launch", str(work_dir / "ranks.yaml")]
+    state = RLState(consumed={name: 0 for name in tasks})
+    if resume_dir is not None:
+        state = RLState.from_json(load_checkpoint(resume_dir).trainer_state)
+    with open(work_dir / "ranks.stderr", "w") as stderr:
+        ranks = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True,
+                                 start_new_session=True)  # its own group: an error kills every rank
+    trainer = RanksTrainer(load_tokenizer(model_dir), resume_dir or model_dir, state, work_dir, ranks, nproc_per_node)
+    try:
+        if trainer._read() != {"ready": True}:
+            raise RuntimeError("the rl trainer ranks did not start with a ready line")
+        yield trainer
+        trainer._ask({"kind": "stop"})
+        ranks.wait()
+    finally:
+        if ranks.poll() is None:
+            terminate_group(ranks.pid)
+        ranks.stdout.close()

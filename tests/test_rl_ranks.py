@@ -1,0 +1,147 @@
+"""The RL update on 2 torchrun ranks (FSDP2 on CPU, gloo) ends where one process does, and a
+checkpoint the 2 ranks wrote resumes in the flow's one-process trainer.
+
+One tiny Llama, three fixed batches, the same Clip-Cov seeds. The reference is the in-process
+trainer (`open_trainer` + `rl_update`, what the flow runs at nproc_per_node 1). The ranks get the
+requests update, update, checkpoint, update, stop (training/rl/launch.py).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from tiny_chat_model import VOCAB_SIZE, tiny_llama, tiny_tokenizer
+from passband.training.logprobs import response_logprobs
+from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.launch import RanksConfig, batch_request, write_request
+from passband.training.rl.trainer import open_trainer
+from passband.training.rl.update import rl_update
+
+REPO = Path(__file__).resolve().parents[1]
+# fp32 (bf16's own rounding would swamp the summation-order differences compared here). Micro-batches
+# of 5 over 11 valid rows and 1 invalid one: 3 + 1 micro-batches, so rank 1 runs padding passes.
+ALGOS = {
+    # KL as a loss (the reference sharded too), two inner steps: the scoring pass, then plain steps.
+    "kl_two_steps": RLAlgoConfig(lr=3e-3, precision="fp32", micro_batch_size=5, num_inner_steps=2, kl_coef=0.1,
+                                 kl_placement="loss", kl_estimator="k3", grad_clip=0.5),
+    # The default fused step: pi_old from the step's own forward, row by row across ranks.
+    "fused": RLAlgoConfig(lr=3e-3, precision="fp32", micro_batch_size=5, grad_clip=0.5),
+}
+COMPARED = ("loss", "grad_norm", "vllm_kl", "vllm_kl_all", "entropy", "trainer_ppl", "advantages_std")
+
+
+def _batch(model, seed: int) -> RolloutBatch:
+    """3 prompts x 4 rollouts of random tokens; engine log-probs = the start model's + noise; row 5 invalid."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts, responses = [], []
+    for _ in range(3):
+        prompt = torch.randint(0, 256, (int(torch.randint(3, 9, (1,), generator=gen)),), generator=gen).tolist()
+        for _ in range(4):
+            prompts.append(prompt)
+            responses.append(torch.randint(0, VOCAB_SIZE - 3, (int(torch.randint(2, 12, (1,), generator=gen)),),
+                                           generator=gen).tolist())
+    with torch.no_grad():
+        own = [response_logprobs(model, [p], [r]).logp[0].tolist() for p, r in zip(prompts, responses)]
+    engine = [[v + 0.05 * float(torch.randn(1, generator=gen)) for v in row] for row in own]
+    rewards = [float(torch.rand(1, generator=gen) > 0.5) for _ in prompts]
+    valid = [i != 5 for i in range(len(prompts))]
+    return RolloutBatch(prompt_ids=prompts, response_ids=responses, engine_logp=engine, rewards=rewards, valid=valid,
+                        tasks=["math"] * len(prompts), group_size=4)
+
+
+def _torchrun(config: RanksConfig) -> list[dict]:
+    config_file = config.work_dir / "ranks.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "passband.training.rl.launch", str(config_file)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert sorted(a) == sorted(b)
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("algo_name", sorted(ALGOS))
+def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, algo_name):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    algo = ALGOS[algo_name]
+    model_dir = tmp_path / "model"
+    start = tiny_llama(seed=0, hidden=32).eval()
+    start.save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    batches = [_batch(start, seed) for seed in (1, 2, 3)]
+
+    # Two ranks: every request written up front; they answer in order.
+    work_dir = tmp_path / "ranks"
+    for number, request in enumerate([batch_request(batches[0], 11), batch_request(batches[1], 12),
+                                      {"kind": "checkpoint", "name": "iter-000002",
+                                       "state": {"iteration": 2, "consumed": {"math": 6}, "prompt_ids": [],
+                                                 "best": None, "metrics": {}}},
+                                      batch_request(batches[2], 13), {"kind": "stop"}], start=1):
+        write_request(work_dir, number, request)
+    replies = _torchrun(RanksConfig(model=model_dir, algo=algo, work_dir=work_dir))
+    assert replies[0] == {"ready": True} and [r["request"] for r in replies[1:]] == [1, 2, 3, 4, 5]
+    two_metrics = [replies[i]["metrics"] for i in (1, 2, 4)]
+    two_final = load_file(work_dir / "weights" / "model.safetensors")
+    checkpoint = Path(replies[3]["checkpoint"])
+
+    # One process, the flow's in-process trainer.
+    one = open_trainer(model_dir, ["math"], algo)
+    one_metrics, at_two = [], None
+    for i, (batch, seed) in enumerate(zip(batches, (11, 12, 13))):
+        one_metrics.append(rl_update(one.model, one.ref_model, one.optimizer, batch, algo,
+                                     torch.Generator().manual_seed(seed)))
+        if i == 1:
+            at_two = ({k: v.clone() for k, v in one.model.state_dict().items() if k != "lm_head.weight"},
+                      {i: {k: v.clone() for k, v in s.items()} for i, s in one.optimizer.state_dict()["state"].items()})
+    one_final = {k: v for k, v in one.model.state_dict().items() if k != "lm_head.weight"}
+
+    # fp32: the ranks add gradients (and the clipping norm's squares) in another order, so the
+    # runs differ by rounding, measured below 1e-7; one AdamW step moves a weight by ~lr = 3e-3,
+    # so a micro-batch dropped or counted twice is orders of magnitude above the 1e-5 bound.
+    final_diff = _max_diff(two_final, one_final)
+    print(f"{algo_name}: max |2 ranks - 1 process| after 3 updates = {final_diff:.3g}")
+    assert final_diff <= 1e-5
+    # AdamW is blind to a uniform gradient scale, so the loss and the pre-clip grad norm are compared:
+    # a wrong normalisation (averaging the ranks, a padding pass that counts) shows by its factor.
+    # The loss is a sum of advantage-weighted terms of size ~1 that nearly cancel (0.018 at the
+    # third update of kl_two_steps, 2.2e-7 apart), so its rounding is bounded absolutely: abs=1e-6.
+    keys = COMPARED + (("kl_ref_k1",) if algo.kl_coef else ())
+    for two, ones in zip(two_metrics, one_metrics, strict=True):
+        for key in keys:
+            assert two[key] == pytest.approx(ones[key], rel=1e-5, abs=1e-6), key
+        assert two["num_train_tokens"] == ones["num_train_tokens"]
+    # At the first update the weights are still equal: each row's log-probs come from the same forward
+    # on one rank and are merged by adding zeros, so theta_k's view of the batch is the same bit for bit.
+    for key in ("vllm_kl", "vllm_kl_all", "entropy", "trainer_ppl", "advantages_std"):
+        assert two_metrics[0][key] == one_metrics[0][key], key
+
+    # The 2-rank checkpoint: the one-process layout, resumed by the in-process trainer.
+    resumed = open_trainer(model_dir, ["math"], algo, resume_dir=checkpoint)
+    assert resumed.state.iteration == 2 and resumed.state.consumed == {"math": 6}
+    weights_diff = _max_diff({k: v for k, v in resumed.model.state_dict().items() if k != "lm_head.weight"}, at_two[0])
+    adam = resumed.optimizer.state_dict()["state"]
+    assert sorted(adam) == sorted(at_two[1])
+    for index, moments in at_two[1].items():
+        assert int(adam[index]["step"]) == int(moments["step"]) == 2 * algo.num_inner_steps  # 2 updates
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(adam[index][key], moments[key], rtol=1e-4, atol=1e-9)
+    assert weights_diff <= 1e-5
+    rl_update(resumed.model, resumed.ref_model, resumed.optimizer, batches[2], algo, torch.Generator().manual_seed(13))
+    resumed_diff = _max_diff({k: v for k, v in resumed.model.state_dict().items() if k != "lm_head.weight"}, one_final)
+    print(f"{algo_name}: resumed at 1 rank from the 2-rank checkpoint, then 1 update: max diff {resumed_diff:.3g}")
+    assert resumed_diff <= 1e-5

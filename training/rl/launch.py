@@ -1,0 +1,188 @@
+"""The RL trainer as long-lived torchrun ranks, driven by request files: the entry point torchrun starts.
+
+    torchrun --standalone --nproc_per_node 8 -m passband.training.rl.launch ranks.yaml   # FSDP2, 8 ranks
+    python -m passband.training.rl.launch ranks.yaml                                     # one process
+
+The file holds a `RanksConfig`. The ranks open the trainer once (the policy, and the reference when
+KL is on, sharded by FSDP2: training/rl/ranks.py), then serve requests the flow writes, in order,
+as `work_dir/requests/NNNNNN.json` (written under another name and renamed, so a rank never reads
+half a file; every rank reads every request):
+  {"kind": "update", "batch": {RolloutBatch fields}, "seed": S}
+      one `rl_update` on the batch (Clip-Cov's generator seeded with S); rank 0 then writes the full
+      updated weights to work_dir/weights (for the engine's weight sync) and answers
+      {"request": N, "metrics": {...}, "weights": path}
+  {"kind": "checkpoint", "name": "iter-000003", "state": {RLState}}
+      rank 0 writes work_dir/checkpoints/<name> in the one-process layout (training/checkpoint.py,
+      the AdamW state gathered from the shards) and answers {"request": N, "checkpoint": path}
+  {"kind": "stop"}   answers {"request": N, "stopped": true}; the ranks exit.
+Answers are JSON lines on rank 0's stdout (tasks/steps/rl_torchrun.py reads them). Long-lived ranks
+rather than one launch per iteration: the model is loaded and sharded once, and the AdamW state
+never leaves the ranks except in the checkpoints the flow asks for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.ranks import shard_policy, unwrap
+from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference
+from passband.training.sft.distributed import close_process_group, gather_full_state, load_optimizer_state, rank, world_size
+
+
+class RanksConfig(BaseModel):
+    """One RL run's trainer ranks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    model: Path
+    """The run's start model (local dir): the reference policy and the tokenizer."""
+    resume_from: Path | None = None
+    """A checkpoint of this run (training/checkpoint.py layout, written by any number of ranks) to continue from."""
+    algo: RLAlgoConfig
+    """The update's settings, as the flow's `algo`."""
+    work_dir: Path
+    """Requests in (requests/), the published weights and the checkpoints out (weights/, checkpoints/)."""
+    poll_s: float = 0.02
+    """How often a rank looks for the next request."""
+
+
+def request_path(work_dir: Path, number: int) -> Path:
+    return work_dir / "requests" / f"{number:06d}.json"
+
+
+def write_request(work_dir: Path, number: int, request: dict[str, Any]) -> None:
+    """Request `number` for the ranks, renamed into place once complete."""
+    path = request_path(work_dir, number)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(request))
+    partial.rename(path)
+
+
+def batch_request(batch: RolloutBatch, seed: int) -> dict[str, Any]:
+    return {"kind": "update", "batch": dataclasses.asdict(batch), "seed": seed}
+
+
+def open_rank_trainer(config: RanksConfig) -> RLTrainer:
+    """The trainer on this rank: sharded when WORLD_SIZE > 1 (the optimizer over the shards), the
+    AdamW state and RNG of `resume_from` loaded whatever rank count wrote it."""
+    from passband.training.checkpoint import load_checkpoint, restore_rng_state
+    from passband.training.model_source import load_tokenizer
+    from passband.training.rl.update import build_optimizer
+
+    if world_size() > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group()  # gloo on CPU, nccl on CUDA: torch's default for the device
+    weights_dir = config.resume_from or config.model
+    lm = load_policy(weights_dir, config.algo)
+    policy = shard_policy(lm)  # the weights are loaded before sharding: each rank keeps its shard
+    optimizer = build_optimizer(lm, config.algo)
+    state = RLState()
+    if config.resume_from is not None:
+        loaded = load_checkpoint(config.resume_from)
+        if world_size() == 1:
+            optimizer.load_state_dict(loaded.optimizer_state)
+        else:
+            load_optimizer_state(lm, optimizer, loaded.optimizer_state)
+        restore_rng_state(loaded.rng_state)
+        state = RLState.from_json(loaded.trainer_state)
+    ref_model = shard_policy(load_reference(config.model, config.algo)) if config.algo.kl_coef > 0 else None
+    return RLTrainer(policy, optimizer, ref_model, load_tokenizer(config.model), weights_dir, state)
+
+
+def full_model_state(trainer: RLTrainer) -> dict[str, torch.Tensor] | None:
+    """The policy's full weights on rank 0 ({} on the others); None in one process (the model's own).
+    A collective under ranks: every rank calls it."""
+    if world_size() == 1:
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from passband.training.checkpoint import tied_parameter_aliases
+
+    lm = unwrap(trainer.model)
+    state = get_model_state_dict(lm, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    aliases = tied_parameter_aliases(lm)  # the tied head is written once, as one process writes it
+    return {name: tensor for name, tensor in state.items() if name not in aliases}
+
+
+def publish_weights(trainer: RLTrainer, target: Path) -> None:
+    """The policy's full weights as a safetensors dir at `target` (rank 0 writes; every rank gathers)."""
+    state = full_model_state(trainer)
+    if rank() == 0:
+        if target.exists():
+            shutil.rmtree(target)
+        unwrap(trainer.model).save_pretrained(target, state_dict=state)
+
+
+def save_rank_checkpoint(trainer: RLTrainer, out_dir: Path, name: str) -> Path:
+    """Checkpoint `out_dir/name` in the one-process layout (rank 0 writes; every rank gathers)."""
+    from passband.training.checkpoint import save_checkpoint
+
+    lm = unwrap(trainer.model)
+    model_state, optimizer_state = (None, None) if world_size() == 1 else gather_full_state(lm, trainer.optimizer)
+    if rank() == 0:
+        save_checkpoint(out_dir, name, lm, trainer.tokenizer, trainer.optimizer, trainer.state.to_json(),
+                        model_state=model_state, optimizer_state=optimizer_state)
+    return out_dir / name
+
+
+def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any]) -> dict[str, Any]:
+    """Carry out one request on this rank; what rank 0 reports."""
+    from passband.training.rl.update import rl_update
+
+    if request["kind"] == "update":
+        batch = RolloutBatch(**request["batch"])
+        generator = torch.Generator().manual_seed(request["seed"])
+        metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
+        publish_weights(trainer, config.work_dir / "weights")
+        return {"metrics": metrics, "weights": str(config.work_dir / "weights")}
+    if request["kind"] == "checkpoint":
+        trainer.state = RLState.from_json(request["state"])
+        return {"checkpoint": str(save_rank_checkpoint(trainer, config.work_dir / "checkpoints", request["name"]))}
+    if request["kind"] == "stop":
+        return {"stopped": True}
+    raise ValueError(f"request kind {request['kind']!r}: expected update, checkpoint or stop")
+
+
+def serve(config: RanksConfig) -> int:
+    """Open the trainer and answer requests 1, 2, ... until a stop; the number answered."""
+    trainer = open_rank_trainer(config)
+    if rank() == 0:
+        print(json.dumps({"ready": True}), flush=True)
+    number = 1
+    while True:
+        path = request_path(config.work_dir, number)
+        while not path.exists():
+            time.sleep(config.poll_s)
+        request = json.loads(path.read_text())
+        reply = answer(trainer, config, request)
+        if world_size() > 1:  # rank 0 has written what the reply names before the flow reads it
+            torch.distributed.barrier()
+        if rank() == 0:
+            print(json.dumps({"request": number, **reply}), flush=True)
+        if request["kind"] == "stop":
+            return number
+        number += 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m passband.training.rl.launch", description=__doc__.split("\n")[0])
+    parser.add_argument("config", type=Path, help="YAML file holding a RanksConfig")
+    args = parser.parse_args(argv)
+    serve(RanksConfig.model_validate(yaml.safe_load(args.config.read_text())))
+    close_process_group()
+
+
+if __name__ == "__main__":
+    main()
