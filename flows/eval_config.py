@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
-from passband.curation.catalog import TASKS, VerifierSettings
+from passband.curation.catalog import TASKS, TaskName, VerifierSettings
 from passband.flows.common_config import ProblemSource, SamplingConfig
 from passband.flows.config import Config
+from passband.training.judge.config import JudgeConfig
 
 DEFAULT_TASKS = ("math", "code", "ifeval")
 """The tasks evaluated when a flow names no sets of its own."""
@@ -62,6 +63,11 @@ class EvalConfig(Config):
     """Eval sets from dataset artifacts in the suite row schema, name -> URI (curate's `eval_math`, ...)."""
     verifiers: VerifierSettings = VerifierSettings()
     """Each task's verifier settings; math.answer_format must match what the math suites ask for."""
+    # Left out of the dump while empty: an evaluation without judges keeps its cache and run keys.
+    judges: dict[TaskName, JudgeConfig] = Field({}, exclude_if=lambda judges: not judges)
+    """Task -> a judge model that scores that task's samples instead of its verifier (docs/recipe.md
+    section 9); the judge's texts and scores become columns of the per-sample rows. Local sampling
+    only (the evaluate flow refuses task-worker shards with judges)."""
     sampling: SamplingConfig = default_sampling()
     """n samples per problem give pass@1..pass@n (default: the catalog's eval defaults, at T=1)."""
 

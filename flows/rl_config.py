@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from passband.curation.catalog import TASKS, VerifierSettings
+from passband.curation.catalog import TASKS, TaskName, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
 from passband.flows.eval_config import EvalConfig, check_answer_format
+from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
 from passband.training.sft.config import DistributedConfig
@@ -20,13 +21,20 @@ RUN_CONTROL_FIELDS = {"force", "resume", "max_iterations_this_run", "distributed
 
 
 class RewardConfig(Config):
-    """How rollouts are scored by the task verifiers (curation.verifiers.verify)."""
+    """How rollouts are scored: by the task verifiers (curation.verifiers.verify), or by a judge model."""
 
     verifiers: VerifierSettings = VerifierSettings()
     """Each task's verifier settings. math.answer_format picks the extraction rule (plain -> last
     number, boxed -> last \\boxed{}): training and eval math suites must ask for the same."""
     mask_truncated: bool = True
     """Mask rollouts that hit max_tokens out of the gradient (docs/recipe.md section 4: a cut output is unparsable)."""
+    # Left out of the dump while empty, so a run without judges keeps its resolved config, and with
+    # it its run key and checkpoints, byte for byte.
+    judges: dict[TaskName, JudgeConfig] = Field({}, exclude_if=lambda judges: not judges)
+    """Task -> a judge model that scores that task's rollouts instead of its verifier (docs/recipe.md
+    section 9): n analyses by the rubric per rollout, aggregated by mean or scaled verification; an
+    unreadable judgement is `unparsable` and masked. The judge's texts are logged per iteration as
+    `judge/iter-NNNNNN.jsonl`. The held-out evaluation's judges are `eval.judges`."""
 
 
 class EarlyStopConfig(Config):
@@ -111,6 +119,10 @@ class RLConfig(Config):
         unknown = sorted(set(self.datasets) - set(TASKS))
         if not self.datasets or unknown:
             raise ValueError(f"datasets keys must be catalog tasks {sorted(TASKS)} (got {sorted(self.datasets)})")
+        unjudged = sorted(set(self.reward.judges) - set(self.datasets))
+        if unjudged:
+            raise ValueError(f"reward.judges names {unjudged}, which are not in datasets {sorted(self.datasets)}; "
+                             "judge a task the run trains on")
         stray = sorted(set(self.task_weights) - set(self.datasets))
         if stray or any(w <= 0 for w in self.task_weights.values()):
             raise ValueError(f"task_weights must be positive and name tasks in datasets (bad: {stray or self.task_weights})")

@@ -33,9 +33,11 @@ def iteration_seed(config: RLConfig, iteration: int) -> int:
 
 def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: RolloutEngine,
                   problems: dict[str, list[dict]],
-                  iteration: int, scratch: Path) -> dict[str, float]:
+                  iteration: int, scratch: Path, judges: dict[str, Any] | None = None,
+                  run_id: str | None = None) -> dict[str, float]:
     """Outer iteration `iteration` (1-based): draw, roll out, score, update, push the weights; its
-    metrics. Advances trainer.state's iteration and prompt cursor."""
+    metrics. Advances trainer.state's iteration and prompt cursor. With `judges`, their texts of
+    this iteration's rollouts are logged to `run_id` as judge/iter-NNNNNN.jsonl."""
     import torch
 
     from passband.flows.rl_rollouts import collect_rollouts
@@ -48,7 +50,8 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     start = time.perf_counter()
     peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
     with peaks.phase("rollout"):
-        rollouts = collect_rollouts(config, trainer, engine, problems, iteration, iteration_seed(config, iteration))
+        rollouts = collect_rollouts(config, trainer, engine, problems, iteration, iteration_seed(config, iteration),
+                                    judges)
         # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
         engine.release_weights()
     batch = rollouts.batch
@@ -68,6 +71,10 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
             push_weights(trainer.model, engine, config.engine, scratch, iteration)
         sync_s = time.perf_counter() - sync_start
 
+    if rollouts.judged:
+        from passband.tasks.steps.judge import log_judge_samples
+
+        log_judge_samples(rollouts.judged, f"iter-{iteration:06d}", run_id)
     metrics |= zero_variance_fractions(batch) | rollouts.metrics
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
@@ -101,6 +108,9 @@ class Evaluator:
     run_id: str
     checkpoint_uri: Callable[[int], str]
     logger: Any
+    judges: dict[str, Any] | None = None
+    """Task -> training.judge Judge of `eval.judges`, scoring those tasks' held-out samples (None:
+    every task's verifier)."""
 
     def should_evaluate(self, iteration: int) -> bool:
         return self.schedule.should_evaluate(iteration)
@@ -129,7 +139,8 @@ class Evaluator:
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
 
         evaluation = run_evaluation(self.engine, self.eval_sets, self.config.eval.sampling,
-                                    self.config.eval.verifiers, self.model_dir, self.config.system_prompt)
+                                    self.config.eval.verifiers, self.model_dir, self.config.system_prompt,
+                                    self.judges)
         headline = log_evaluation(evaluation, label, step, self.run_id)
         self.logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in headline.items()})
         return headline

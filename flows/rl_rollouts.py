@@ -5,7 +5,7 @@ with dynamic sampling (training/rl/dynamic_sampling.py), in rounds until the bat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from passband.flows.rl_config import RLConfig
@@ -38,11 +38,14 @@ class Rollouts:
     """Verifier-status counts of every rollout sampled, rollout speed, dynamic-sampling counts."""
     rollout_s: float
     scoring_s: float
+    judged: list[dict[str, Any]] = field(default_factory=list)
+    """One record per rollout a judge scored, every round (training/judge/; empty without judges)."""
 
 
 def _sample_round(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
-                  consumed: dict[str, int], num_prompts: int, seed: int) -> tuple[list[ScoredGroup], dict, dict, float, float]:
-    """(groups, cursor after, status counts, rollout s, scoring s) of one round of `num_prompts`."""
+                  consumed: dict[str, int], num_prompts: int, seed: int,
+                  judges: dict[str, Any]) -> tuple[list[ScoredGroup], dict, dict, float, float, list[dict]]:
+    """(groups, cursor after, status counts, rollout s, scoring s, judge records) of one round of `num_prompts`."""
     import time
 
     from passband.tasks.steps.rl import score_rollouts
@@ -57,9 +60,9 @@ def _sample_round(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
     prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
     samples, rollout_s = generate(engine, prompts, config.sampling.model_copy(update={"seed": seed}))
     scoring_start = time.perf_counter()
-    rewards, valid, counts = score_rollouts(rows, samples, config.reward.verifiers)
+    rewards, valid, counts, judged = score_rollouts(rows, samples, config.reward.verifiers, judges)
     groups = [ScoredGroup(*parts) for parts in zip(rows, samples, rewards, valid)]
-    return groups, consumed, counts, rollout_s, time.perf_counter() - scoring_start
+    return groups, consumed, counts, rollout_s, time.perf_counter() - scoring_start, judged
 
 
 def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
@@ -79,29 +82,33 @@ def _zero_variance(batch: RolloutBatch) -> list[bool]:
 
 
 def collect_rollouts(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
-                     iteration: int, iteration_seed: int) -> Rollouts:
-    """The iteration's scored groups from the cursor at trainer.state.consumed (left unchanged)."""
+                     iteration: int, iteration_seed: int, judges: dict[str, Any] | None = None) -> Rollouts:
+    """The iteration's scored groups from the cursor at trainer.state.consumed (left unchanged);
+    `judges` (task -> training.judge Judge) score their tasks' rollouts instead of the verifiers."""
     from passband.tasks.steps.rollout import rollout_stats
     from passband.training.rl.dynamic_sampling import GroupPool, round_prompts, round_seed
 
     dynamic = config.dynamic_sampling
     if dynamic is None:
-        groups, consumed, counts, rollout_s, scoring_s = _sample_round(
-            config, trainer, engine, problems, trainer.state.consumed, config.prompts_per_step, iteration_seed)
+        groups, consumed, counts, rollout_s, scoring_s, judged = _sample_round(
+            config, trainer, engine, problems, trainer.state.consumed, config.prompts_per_step, iteration_seed,
+            judges or {})
         speed = rollout_stats([g.samples for g in groups], rollout_s)["tokens_per_s"]
         return Rollouts(groups, _batch(config, groups), consumed, counts | {"rollout_tokens_per_s": speed},
-                        rollout_s, scoring_s)
+                        rollout_s, scoring_s, judged)
 
     pool: GroupPool[ScoredGroup] = GroupPool(need=config.prompts_per_step)
     consumed, counts, rollout_s, scoring_s, samples, rounds = trainer.state.consumed, {}, 0.0, 0.0, [], 0
+    judged: list[dict] = []
     while pool.missing > 0 and rounds < dynamic.max_rounds:
-        groups, consumed, round_counts, round_s, round_scoring_s = _sample_round(
+        groups, consumed, round_counts, round_s, round_scoring_s, round_judged = _sample_round(
             config, trainer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
-            round_seed(iteration_seed, rounds))
+            round_seed(iteration_seed, rounds), judges or {})
+        judged += [record | {"round": rounds} for record in round_judged]
         pool.add_round(groups, _zero_variance(_batch(config, groups)))
         counts = {name: counts.get(name, 0.0) + round_counts.get(name, 0.0) for name in {*counts, *round_counts}}
         rounds, rollout_s, scoring_s = rounds + 1, rollout_s + round_s, scoring_s + round_scoring_s
         samples += [g.samples for g in groups]
     kept = pool.batch(dynamic.when_short, iteration, rounds)
     metrics = counts | pool.metrics(rounds) | {"rollout_tokens_per_s": rollout_stats(samples, rollout_s)["tokens_per_s"]}
-    return Rollouts(kept, _batch(config, kept), consumed, metrics, rollout_s, scoring_s)
+    return Rollouts(kept, _batch(config, kept), consumed, metrics, rollout_s, scoring_s, judged)

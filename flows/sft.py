@@ -151,10 +151,13 @@ def _evaluate(model_dir: str, eval_sets: dict, config: SFTConfig, label: str, st
     `eval/` series at `step` (as RL does), return the headline under `label/` for the summary
     (`before/math/pass@1`, `after/mean/pass@1`, ...)."""
     from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
+    from passband.tasks.steps.judge import opened_judges
     from passband.tasks.steps.rollout import open_engine
 
     engine = open_engine(config.engine, model_dir)
-    evaluation = run_evaluation(engine, eval_sets, config.eval.sampling, config.eval.verifiers, model_dir)
+    with opened_judges(config.eval.judges) as judges:  # a judge model (if any) on an engine of its own
+        evaluation = run_evaluation(engine, eval_sets, config.eval.sampling, config.eval.verifiers, model_dir,
+                                    judges=judges)
     engine.close()
     return {f"{label}/{name}": value for name, value in log_evaluation(evaluation, label, step, run_id).items()}
 

@@ -86,11 +86,13 @@ def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any
 def run_evaluation(
     engine: RolloutEngine, sets: dict[str, list[dict[str, Any]]], sampling: SamplingConfig,
     verifiers: VerifierSettings, model_dir: str, system_prompt: str | None = None,
+    judges: dict[str, Any] | None = None,
 ) -> Evaluation:
-    """`evaluate` the engine's CURRENT weights on `sets`; `model_dir` supplies the chat template."""
+    """`evaluate` the engine's CURRENT weights on `sets`; `model_dir` supplies the chat template;
+    `judges` (task -> training.judge Judge) score those tasks' samples."""
     from passband.training.model_source import load_tokenizer
 
-    return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir)), system_prompt)
+    return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir)), system_prompt, judges)
 
 
 EVAL_PREFIX = "eval"

@@ -25,6 +25,7 @@ from passband.tasks.artifacts.store import fetch_artifact, open_store
 from passband.tasks.steps.rl_torchrun import RanksTrainer, trainer_ranks
 from passband.training.engines.config import EngineConfig
 from passband.training.engines.protocol import RolloutEngine, Sample
+from passband.training.judge.judge import Judge
 from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
 from passband.training.weights.versions import load_version, publish_version
 
@@ -86,17 +87,22 @@ def _empty_dataset_line(name: str, ref: str | ProblemSource) -> str:
 @task(name="score-rollouts", cache_policy=NONE)
 def score_rollouts(
     rows: list[dict[str, Any]], samples: list[list[Sample]], verifiers: VerifierSettings,
-) -> tuple[list[list[float | None]], list[list[bool]], dict[str, float]]:
-    """(rewards, valid) per prompt and sample, and the metrics `<task>/num_<status>` (rollouts per
-    verifier status).
+    judges: dict[str, Judge] | None = None,
+) -> tuple[list[list[float | None]], list[list[bool]], dict[str, float], list[dict[str, Any]]]:
+    """(rewards, valid) per prompt and sample, the metrics `<task>/num_<status>` (rollouts per
+    verifier status), and one record per judged rollout (empty without judges).
 
     reward = verifier score where the status is a verdict (SCORED_STATUSES); otherwise None and
-    invalid. One grouped verification: each task's verifier is called once.
+    invalid. One grouped verification: each task's verifier is called once; a task in `judges`
+    is scored by its judge model instead (training/judge/), with the same statuses, and its
+    records hold the rollout, the verdict and the judge's texts and scores;
+    `<task>/num_judge_samples` counts the judge's generations.
     """
-    from passband.curation.catalog.verify import verify_groups
+    from passband.training.judge.score import judgement_columns, score_groups
 
-    verdicts = verify_groups([row["task"] for row in rows], [row["reference"] for row in rows],
-                             [[sample.text for sample in group] for group in samples], verifiers)
+    verdicts, judgements = score_groups([row["task"] for row in rows], [row["prompt"] for row in rows],
+                                        [row["reference"] for row in rows],
+                                        [[sample.text for sample in group] for group in samples], verifiers, judges or {})
     rewards, valid, counts = [], [], {}
     for row, results in zip(rows, verdicts, strict=True):
         valid.append([r.status in SCORED_STATUSES for r in results])
@@ -104,7 +110,15 @@ def score_rollouts(
         for r in results:
             name = f"{row['task']}/num_{r.status}"
             counts[name] = counts.get(name, 0.0) + 1.0
-    return rewards, valid, counts
+    records = []
+    for (i, j), judgement in judgements.items():
+        name = f"{rows[i]['task']}/num_judge_samples"
+        counts[name] = counts.get(name, 0.0) + judgement.num_samples
+        result = judgement.result
+        records.append({"prompt_id": rows[i]["id"], "task": rows[i]["task"], "sample_index": j,
+                        "text": samples[i][j].text, "status": result.status, "score": result.score,
+                        "detail": result.detail} | judgement_columns(judgement))
+    return rewards, valid, counts, records
 
 
 def push_weights(model: Any, engine: RolloutEngine, engine_config: EngineConfig, scratch: Path, version: int) -> None:

@@ -8,7 +8,9 @@ verifier, get their own `humaneval/pass@1` and `code/pass@1`.
 
 Per-sample rows: {eval_set, problem_id, task (the row's own task: picks the verifier),
 subdomain, sample_index, status, score, detail, text, finish_reason, num_tokens, token_ids,
-prompt_token_ids}.
+prompt_token_ids}; with a judge (training/judge/), every row also holds the judge's texts and
+scores (`judge_analyses`, `judge_scores`, `judge_reviews`, `judge_review_grades`; empty lists on
+rows of programmatically verified tasks).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from passband.curation.catalog import VerifierSettings
-from passband.curation.catalog.verify import verify_groups
 from passband.training.chat import render_prompt
 from passband.training.engines import RolloutEngine, SamplingConfig
 from passband.training.evaluation.report import EvalReport, build_report
+from passband.training.judge.judge import Judge
+from passband.training.judge.score import judgement_columns, score_groups
 
 
 @dataclass
@@ -67,6 +70,7 @@ def evaluate(
     verifiers: VerifierSettings,
     tokenizer: Any,
     system_prompt: str | None = None,
+    judges: dict[str, Judge] | None = None,
 ) -> Evaluation:
     """Sample `sampling.n` completions per problem of every set with `engine`, verify each with
     its problem's task verifier, and report pass@1..pass@n per set and sub-domain.
@@ -76,21 +80,25 @@ def evaluate(
     Each problem is seeded by its key `<set>/<problem id>` (with `sampling.seed`), not by its
     position: a problem gets the same samples in a larger or smaller set, in a shard of the sets
     on a task worker, and in a k-curve subset (whose first n samples are the evaluation's n).
+    `judges` (task -> Judge) score those tasks' samples by a model instead of their verifier.
     """
     if not sets or any(not rows for rows in sets.values()):
         raise ValueError(f"evaluate needs non-empty eval sets, got sizes { {name: len(rows) for name, rows in sets.items()} }")
     problems = [(name, row) for name, rows in sets.items() for row in rows]
     prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for _, row in problems]
     samples = engine.generate(prompts, sampling, prompt_keys=[problem_key(name, row) for name, row in problems])
-    verdicts = verify_groups([row["task"] for _, row in problems], [row["reference"] for _, row in problems],
-                             [[sample.text for sample in group] for group in samples], verifiers)
+    verdicts, judgements = score_groups(
+        [row["task"] for _, row in problems], [row["prompt"] for _, row in problems],
+        [row["reference"] for _, row in problems], [[sample.text for sample in group] for group in samples],
+        verifiers, judges or {})
     rows = [
         {"eval_set": name, "problem_id": row["id"], "task": row["task"], "subdomain": row["subdomain"],
          "sample_index": sample.sample_index, "status": verdict.status, "score": verdict.score,
          "detail": verdict.detail, "text": sample.text, "finish_reason": sample.finish_reason,
          "num_tokens": len(sample.token_ids), "token_ids": list(sample.token_ids),
          "prompt_token_ids": list(sample.prompt_token_ids)}
-        for (name, row), group, results in zip(problems, samples, verdicts, strict=True)
-        for sample, verdict in zip(group, results, strict=True)
+        | (judgement_columns(judgements.get((i, j))) if judges else {})
+        for i, ((name, row), group, results) in enumerate(zip(problems, samples, verdicts, strict=True))
+        for j, (sample, verdict) in enumerate(zip(group, results, strict=True))
     ]
     return evaluation_of(rows)

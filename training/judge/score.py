@@ -1,0 +1,53 @@
+"""Scoring rows of mixed tasks where some tasks are judged by a model: the judged tasks' samples go
+to their Judge, every other task's to its program (curation/catalog/verify.py verify_groups), in
+one place for RL's rollouts and evaluation's samples.
+
+With no judge the call is verify_groups itself, unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from passband.curation.catalog import VerifierSettings
+from passband.curation.catalog.verify import verify_groups
+from passband.curation.verifiers.result import VerifyResult
+from passband.training.judge.judge import Judge, Judgement
+
+
+def score_groups(
+    tasks_of_rows: list[str], prompts: list[Any], references: list[Any], completions: list[list[str]],
+    verifiers: VerifierSettings, judges: dict[str, Judge],
+) -> tuple[list[list[VerifyResult]], dict[tuple[int, int], Judgement]]:
+    """(results[i][j] for completion j of row i, the Judgement of every judged (i, j)).
+
+    prompts[i] is row i's prompt as the task wrote it (the judge's "problem"); a row whose task has
+    a judge is scored by it, the others by their task's verifier with `verifiers`."""
+    if not any(name in judges for name in tasks_of_rows):
+        return verify_groups(tasks_of_rows, references, completions, verifiers), {}
+    if not len(tasks_of_rows) == len(prompts) == len(references) == len(completions):
+        raise ValueError(f"{len(tasks_of_rows)} task names, {len(prompts)} prompts, {len(references)} references and "
+                         f"{len(completions)} completion groups; need one of each per row")
+    programmatic = [i for i, name in enumerate(tasks_of_rows) if name not in judges]
+    results: list[list[VerifyResult | None]] = [[None] * len(group) for group in completions]
+    verified = verify_groups([tasks_of_rows[i] for i in programmatic], [references[i] for i in programmatic],
+                             [completions[i] for i in programmatic], verifiers)
+    for i, group in zip(programmatic, verified, strict=True):
+        results[i] = list(group)
+    judgements: dict[tuple[int, int], Judgement] = {}
+    for name, judge in judges.items():
+        pairs = [(i, j) for i, row_task in enumerate(tasks_of_rows) if row_task == name for j in range(len(completions[i]))]
+        graded = judge.grade([prompts[i] for i, _ in pairs], [completions[i][j] for i, j in pairs])
+        for (i, j), judgement in zip(pairs, graded, strict=True):
+            results[i][j] = judgement.result
+            judgements[(i, j)] = judgement
+    return results, judgements  # type: ignore[return-value]  # every slot was filled above
+
+
+def judgement_columns(judgement: Judgement | None) -> dict[str, Any]:
+    """The judge's texts and scores as columns of a sample row (empty for a programmatic one), so
+    they are stored beside the rollout they judged."""
+    if judgement is None:
+        return {"judge_analyses": [], "judge_scores": [], "judge_reviews": [], "judge_review_grades": []}
+    return {"judge_analyses": judgement.analyses, "judge_scores": judgement.scores,
+            "judge_reviews": judgement.reviews, "judge_review_grades": judgement.review_grades}
