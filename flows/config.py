@@ -189,6 +189,8 @@ def dump_with_removed_entries(config: BaseModel, defaults: BaseModel | None = No
     for name, field in model.model_fields.items():
         value = getattr(config, name)
         if entry_class(field.annotation) is not None and isinstance(value, dict):
+            if name not in data:  # left out of the dump while empty (reward.judges): nothing to remove
+                continue
             data[name].update({key: None for key in default_entries(model, name, defaults) if key not in value})
         elif isinstance(value, BaseModel) and config_class(field.annotation) is not None:
             default = field_default(model, name, defaults)

@@ -36,3 +36,13 @@ def test_evaluate_judges_sample_locally():
     assert EvaluateConfig(judges={"math": {"model": "m"}}).judges["math"].model == "m"
     with pytest.raises(ValidationError, match="set shards.workers=local"):
         EvaluateConfig(judges={"math": {"model": "m"}}, shards={"workers": "task_workers"})
+
+
+def test_the_printed_config_reads_back_with_and_without_a_judge():
+    from passband.flows.config import dump_with_removed_entries
+
+    assert "judges" not in dump_with_removed_entries(RLConfig())["reward"]
+    judged = RLConfig(reward={"judges": {"math": {"model": "m"}}})
+    printed = dump_with_removed_entries(judged)
+    assert printed["reward"]["judges"]["math"]["model"] == "m"
+    assert RLConfig.model_validate(printed) == judged
