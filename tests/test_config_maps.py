@@ -143,7 +143,8 @@ def test_every_map_of_configs_is_exercised_above() -> None:
             for part in path[:-1]:
                 owner = getattr(owner, part)
             reached.add((type(owner).__name__, path[-1]))
-    empty_by_default = {("SFTConfig", "held_out"), ("RewardConfig", "judges"), ("EvaluateConfig", "judges")}
+    empty_by_default = {("SFTConfig", "held_out"), ("RewardConfig", "judges"), ("EvalConfig", "judges"),
+                        ("EvaluateConfig", "judges")}
     assert empty_by_default | reached == declared
     assert {("RLConfig", "datasets"), ("CurateConfig", "tasks"), ("EvaluateConfig", "suites"),
             ("EvalConfig", "suites"), ("SFTConfig", "generated")} <= reached

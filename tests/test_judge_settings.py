@@ -10,7 +10,11 @@ from passband.flows.rl import RLConfig
 
 
 def test_no_judge_leaves_the_dumps_unchanged():
+    from passband.flows.sft import SFTConfig
+
     assert "judges" not in RLConfig().model_dump(mode="json")["reward"]
+    assert "judges" not in RLConfig().model_dump(mode="json")["eval"]
+    assert "judges" not in SFTConfig().model_dump(mode="json")["eval"]
     assert "judges" not in EvaluateConfig().model_dump(mode="json")
     # the same keys as before the field existed, in the same order
     assert list(RLConfig().model_dump(mode="json")["reward"]) == ["verifiers", "mask_truncated"]
@@ -30,6 +34,11 @@ def test_a_judge_for_a_task_the_run_does_not_train_is_refused():
         RLConfig(reward={"judges": {"structured": {"model": "m"}}})
     with pytest.raises(ValidationError):
         RLConfig(reward={"judges": {"chess": {"model": "m"}}})
+
+
+def test_held_out_sets_name_their_judges_in_eval():
+    config = resolve_config(RLConfig, "rl", overrides=["eval.judges.math={model: judge-dir}"])
+    assert config.eval.judges["math"].model == "judge-dir" and config.reward.judges == {}
 
 
 def test_evaluate_judges_sample_locally():
