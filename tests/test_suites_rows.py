@@ -24,7 +24,7 @@ def test_valid_rows_pass():
 @pytest.mark.parametrize("change, expected", [
     ({"prompt": None}, "row 7: field 'prompt' must be str, got NoneType"),
     ({"prompt": "  "}, "row 7: field 'prompt' is empty"),
-    ({"task": "poetry"}, "row 7: task 'poetry' is not one of ['math', 'code', 'ifeval', 'structured']"),
+    ({"task": "poetry"}, "row 7: task 'poetry' is not one of ['math', 'code', 'ifeval', 'structured', 'proof_grading']"),
     ({"reference": 42}, "row 7: math reference must be a non-empty str, got 42"),
     ({"task": "code"}, "row 7: code reference must be an object, got str"),
     ({"task": "code", "reference": {"tests": ""}},

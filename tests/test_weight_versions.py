@@ -156,6 +156,10 @@ def test_hf_engine_weights_are_the_same_bits_either_way(smollm2_dir: Path, tmp_p
     assert head.dtype == (torch.float32 if lm_head_fp32 else torch.bfloat16)
 
 
+# slow: a real vLLM engine in this process, minutes on 2 cores. It also needs a process that has
+# not imported flask: vLLM's kernel registration (vllm/triton_utils/dispatcher.py) calls hasattr on
+# every module attribute, and werkzeug's context proxies (moto's server tests import them) raise there.
+@pytest.mark.slow
 def test_vllm_engine_samples_the_same_bits_either_way(smollm2_dir: Path, tmp_path: Path) -> None:
     """A bf16 vLLM engine with an fp32 head (both paths of the cast: the body cast before the
     engine, the head read in fp32) samples the same tokens with the same log-probs after a sync
