@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, model_validator
 from prefect import flow
 
-from passband.flows.common_config import EngineConfig
+from passband.flows.common_config import EngineConfig, SamplingConfig
 from passband.flows.eval_config import EvalConfig
 from passband.tasks.sampling.eval_shards import EvalShardsConfig
 from passband.training.evaluation.k_curve import KCurveConfig

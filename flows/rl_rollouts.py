@@ -72,21 +72,13 @@ def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
                                [g.row["task"] for g in groups], config.reward.mask_truncated, config.sampling.temperature)
 
 
-def _zero_variance(batch: RolloutBatch) -> list[bool]:
-    import torch
-
-    from passband.training.rl.advantages import zero_variance_groups
-
-    return [bool(z) for z in zero_variance_groups(torch.tensor(batch.rewards, dtype=torch.float32),
-                                                  batch.group_size, torch.tensor(batch.valid))]
-
-
 def collect_rollouts(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
                      iteration: int, iteration_seed: int, judges: dict[str, Any] | None = None) -> Rollouts:
     """The iteration's scored groups from the cursor at trainer.state.consumed (left unchanged);
     `judges` (task -> training.judge Judge) score their tasks' rollouts instead of the verifiers."""
     from passband.tasks.steps.rollout import rollout_stats
     from passband.training.rl.dynamic_sampling import GroupPool, round_prompts, round_seed
+    from passband.training.rl.rollout_metrics import zero_variance_flags
 
     dynamic = config.dynamic_sampling
     if dynamic is None:
@@ -105,7 +97,7 @@ def collect_rollouts(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine
             config, trainer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
             round_seed(iteration_seed, rounds), judges or {})
         judged += [record | {"round": rounds} for record in round_judged]
-        pool.add_round(groups, _zero_variance(_batch(config, groups)))
+        pool.add_round(groups, zero_variance_flags(_batch(config, groups)))
         counts = {name: counts.get(name, 0.0) + round_counts.get(name, 0.0) for name in {*counts, *round_counts}}
         rounds, rollout_s, scoring_s = rounds + 1, rollout_s + round_s, scoring_s + round_scoring_s
         samples += [g.samples for g in groups]

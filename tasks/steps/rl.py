@@ -9,6 +9,7 @@ trainer_state.json of each checkpoint holds the trainer's RLState (training/rl/t
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path

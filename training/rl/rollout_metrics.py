@@ -43,18 +43,23 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     return metrics
 
 
-def zero_variance_fractions(batch: RolloutBatch) -> dict[str, float]:
-    """`{task}/zero_variance_group_frac`: the task's groups whose valid rewards are all equal, which
-    carry no learning signal (docs/recipe.md section 4)."""
+def zero_variance_flags(batch: RolloutBatch) -> list[bool]:
+    """Per group, in batch order: its valid rewards are all equal, so it carries no learning signal
+    (docs/recipe.md section 4; dynamic sampling keeps the others)."""
     import torch
 
     from passband.training.rl.advantages import zero_variance_groups
 
     rewards = torch.tensor(batch.rewards, dtype=torch.float32)
-    zero = zero_variance_groups(rewards, batch.group_size, torch.tensor(batch.valid))
+    return [bool(z) for z in zero_variance_groups(rewards, batch.group_size, torch.tensor(batch.valid))]
+
+
+def zero_variance_fractions(batch: RolloutBatch) -> dict[str, float]:
+    """`{task}/zero_variance_group_frac`: the fraction of the task's groups that are zero_variance_flags."""
     group_tasks = batch.tasks[:: batch.group_size]
+    flags = zero_variance_flags(batch)
     fractions = {}
     for task in sorted(set(group_tasks)):
-        flags = [bool(z) for z, t in zip(zero, group_tasks) if t == task]
-        fractions[f"{task}/zero_variance_group_frac"] = sum(flags) / len(flags)
+        task_flags = [z for z, t in zip(flags, group_tasks) if t == task]
+        fractions[f"{task}/zero_variance_group_frac"] = sum(task_flags) / len(task_flags)
     return fractions
