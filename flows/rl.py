@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,10 +58,12 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
         with (scratch_dir("rl-sync-") as scratch,
               _trainer(config, run.config_id, model_dir, problems, scratch, logger) as trainer,
               opened_judges(config.reward.judges) as judges,
-              opened_judges(config.eval.judges if config.eval else {}) as eval_judges):
+              opened_judges(config.eval.judges if config.eval else {}) as eval_judges,
+              ExitStack() as stack):
             engine = _open_engine(config, model_dir, problems, trainer)
             schedule, state = schedule_of(config), trainer.state
-            evaluator = Evaluator(config, schedule, engine, eval_sets, model_dir, run.run_id,
+            ahead = stack.enter_context(_rollouts_ahead(config, trainer, engine, problems, judges, scratch, schedule))
+            evaluator = Evaluator(config, schedule, ahead.engine if ahead else engine, eval_sets, model_dir, run.run_id,
                                   lambda iteration: checkpoint_uri(run.config_id, iteration), logger, eval_judges)
             checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, done_before_run=state.iteration)
             early_stop = EarlyStop(config.early_stop, logger)
@@ -70,7 +72,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
             evaluator.baseline(state)
             progress = Progress(f"rl iterations (of {config.num_iterations})", config.num_iterations, "iterations")
             for iteration in schedule.iterations(state.iteration):
-                metrics = run_iteration(config, trainer, engine, problems, iteration, scratch, judges, run.run_id)
+                metrics = run_iteration(config, trainer, engine, problems, iteration, scratch, judges, run.run_id, ahead)
                 logger.info(iteration_line(iteration, metrics, sorted(problems)))
                 if evaluator.should_evaluate(iteration):
                     metrics |= evaluator.evaluate(iteration, state)
@@ -82,6 +84,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                 progress.update(iteration)
                 if state.stopped_early:
                     break
+            stack.close()  # the rollout thread stops before its engine does
             engine.close()
 
         # 3. Outputs: the final and the best checkpoint.
@@ -130,6 +133,26 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
         logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", nproc)
     with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, nproc, scratch / "ranks") as trainer:
         yield trainer
+
+
+@contextmanager
+def _rollouts_ahead(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, list[dict]], judges: dict,
+                    scratch: Path, schedule: Any) -> Iterator[Any]:
+    """With rollout.max_off_policy_steps >= 1, the thread that samples ahead of the trainer
+    (flows/rl_ahead.py), the start weights published as their version for it; else None."""
+    if not config.rollout.max_off_policy_steps:
+        yield None
+        return
+    from passband.flows.rl_ahead import RolloutsAhead, VersionedEngine, publish_update
+
+    done, root = trainer.state.iteration, scratch / "weights"
+    publish_update(trainer.model, config, root, done)  # the engine holds them; an evaluation may reload them
+    ahead = RolloutsAhead(config, trainer.tokenizer, VersionedEngine(engine, root, done), problems, judges, done,
+                          schedule.stop_at(done), dict(trainer.state.consumed))
+    try:
+        yield ahead
+    finally:
+        ahead.close()
 
 
 def _open_engine(config: RLConfig, model_dir: str, problems: dict[str, list[dict]], trainer: Any) -> Any:

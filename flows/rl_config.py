@@ -52,6 +52,19 @@ class EarlyStopConfig(Config):
     """...and entropy fell at each of the last `patience` iterations."""
 
 
+class RolloutConfig(Config):
+    """How rollouts run beside the trainer."""
+
+    max_off_policy_steps: int = Field(0, ge=0)
+    """k: sample iteration i's rollouts with the weights of k updates ago (v<i-1-k>), on a thread
+    that keeps them coming while the trainer updates (flows/rl_ahead.py; training/rl/staleness.py).
+    0: the synchronous loop (sample, train, sync), same numbers as before the setting existed.
+    The trainer recomputes pi_old, and the mismatch correction (`algo.correction`) sees the
+    staleness in rho; the engine keeps its weights while the trainer runs
+    (`engine.release_weights_while_training` applies to k = 0 only), and k + 1 versions are kept on disk.
+    A resumed run samples its first iterations with the checkpoint's weights (a lag under k)."""
+
+
 class RLConfig(Config):
     """Multi-task RL: rollouts from the engine, verifier rewards, clipped-surrogate updates, weight sync."""
 
@@ -85,6 +98,8 @@ class RLConfig(Config):
     """DAPO's dynamic sampling (training/rl/dynamic_sampling.py): sample rounds of prompts until the
     batch holds `prompts_per_step` groups whose rewards differ (None: one round, every group trained
     on; `algo.skip_zero_gradient_rows` then skips the zero-variance groups' compute)."""
+    rollout: RolloutConfig = RolloutConfig()
+    """Rollouts beside the trainer: how far ahead of it they may run."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
     """The update: objective, clipping, inner steps, mismatch correction, KL, entropy options."""
     distributed: DistributedConfig = DistributedConfig()
@@ -134,6 +149,9 @@ class RLConfig(Config):
                             "reward.verifiers")
         if self.eval is not None:
             self._check_best_metric(self.eval)
+        if self.rollout.max_off_policy_steps and self.distributed.nproc_per_node > 1:
+            raise ValueError("rollout.max_off_policy_steps >= 1 runs the update beside the rollouts in this process: "
+                             "it needs distributed.nproc_per_node 1 (the torchrun ranks' versions are not read yet)")
         return self
 
     def _check_best_metric(self, evaluation: EvalConfig) -> None:

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from passband.flows.rl_config import EarlyStopConfig, RLConfig
+from passband.flows.rl_rollouts import iteration_seed
 from passband.training.rl.schedule import RLSchedule
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
+    from passband.flows.rl_ahead import RolloutsAhead
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.engines import RolloutEngine
     from passband.training.rl.trainer import RLState, RLTrainer
@@ -25,35 +28,38 @@ def schedule_of(config: RLConfig) -> RLSchedule:
                       checkpoint_every=config.checkpoint_every, max_iterations_this_run=config.max_iterations_this_run)
 
 
-def iteration_seed(config: RLConfig, iteration: int) -> int:
-    """The seed of iteration `iteration`'s rollouts and Clip-Cov choice: by the iteration, not the
-    engine's history, so a resumed run draws what the uninterrupted one drew there."""
-    return config.seed * 1_000_003 + iteration
-
-
 def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: RolloutEngine,
                   problems: dict[str, list[dict]],
                   iteration: int, scratch: Path, judges: dict[str, Any] | None = None,
-                  run_id: str | None = None) -> dict[str, float]:
+                  run_id: str | None = None, ahead: RolloutsAhead | None = None) -> dict[str, float]:
     """Outer iteration `iteration` (1-based): draw, roll out, score, update, push the weights; its
     metrics. Advances trainer.state's iteration and prompt cursor. With `judges`, their texts of
-    this iteration's rollouts are logged to `run_id` as judge/iter-NNNNNN.jsonl."""
+    this iteration's rollouts are logged to `run_id` as judge/iter-NNNNNN.jsonl. With `ahead`
+    (rollout.max_off_policy_steps >= 1) the rollouts come from its thread, which keeps sampling
+    the next ones during the update, and the update is published for it rather than loaded."""
     import torch
 
+    from passband.flows.rl_ahead import publish_update
     from passband.flows.rl_rollouts import collect_rollouts
     from passband.tasks.host.memory import PhasePeaks, resident_gb
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.rollout_metrics import zero_variance_fractions
+    from passband.training.rl.staleness import off_policy_steps
     from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
     peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
     with peaks.phase("rollout"):
-        rollouts = collect_rollouts(config, trainer, engine, problems, iteration, iteration_seed(config, iteration),
-                                    judges)
-        # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
-        engine.release_weights()
+        if ahead is not None:
+            rollouts = ahead.take(iteration)
+        else:
+            rollouts = collect_rollouts(config, trainer.tokenizer, engine, problems, trainer.state.consumed, iteration,
+                                        iteration_seed(config, iteration), judges)
+            rollouts.weight_version = iteration - 1  # the engine holds the weights the trainer starts from
+            # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
+            engine.release_weights()
+    wait_s = time.perf_counter() - start  # ahead: only what the rollout thread had not finished during the update
     batch = rollouts.batch
     with peaks.phase("training"):
         train_start = time.perf_counter()
@@ -65,7 +71,9 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
         train_s = time.perf_counter() - train_start
     with peaks.phase("weight_sync"):
         sync_start = time.perf_counter()
-        if isinstance(trainer, RanksTrainer):
+        if ahead is not None:
+            publish_update(trainer.model, config, ahead.engine.root, iteration)
+        elif isinstance(trainer, RanksTrainer):
             engine.load_weights(trainer.published)
         else:
             push_weights(trainer.model, engine, config.engine, scratch, iteration)
@@ -76,10 +84,12 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
 
         log_judge_samples(rollouts.judged, f"iter-{iteration:06d}", run_id)
     metrics |= zero_variance_fractions(batch) | rollouts.metrics
+    metrics |= {"rollout/weight_version": float(rollouts.weight_version),
+                "rollout/off_policy_steps": float(off_policy_steps(iteration, rollouts.weight_version))}
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
     metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,
-                "seconds/weight_sync": sync_s, "seconds/iteration": time.perf_counter() - start}
+                "seconds/weight_sync": sync_s, "seconds/rollout_wait": wait_s, "seconds/iteration": time.perf_counter() - start}
     trainer.state.iteration, trainer.state.consumed = iteration, rollouts.consumed
     trainer.state.prompt_ids = [group.row["id"] for group in rollouts.groups]
     return metrics
@@ -103,6 +113,7 @@ class Evaluator:
     config: RLConfig
     schedule: RLSchedule
     engine: Any
+    """The rollout engine, or the VersionedEngine it shares with the rollout thread."""
     eval_sets: dict[str, list[dict]]
     model_dir: str
     run_id: str
@@ -136,11 +147,14 @@ class Evaluator:
         return metrics
 
     def _headline(self, label: str, step: int) -> dict[str, float]:
+        from passband.flows.rl_ahead import VersionedEngine
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
 
-        evaluation = run_evaluation(self.engine, self.eval_sets, self.config.eval.sampling,
-                                    self.config.eval.verifiers, self.model_dir, self.config.system_prompt,
-                                    self.judges)
+        # shared with the rollout thread (max_off_policy_steps >= 1): borrowed, at the weights of `step`
+        holding = self.engine.at(step) if isinstance(self.engine, VersionedEngine) else nullcontext(self.engine)
+        with holding as engine:
+            evaluation = run_evaluation(engine, self.eval_sets, self.config.eval.sampling, self.config.eval.verifiers,
+                                        self.model_dir, self.config.system_prompt, self.judges)
         headline = log_evaluation(evaluation, label, step, self.run_id)
         self.logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in headline.items()})
         return headline

@@ -13,7 +13,6 @@ from passband.flows.rl_config import RLConfig
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.training.engines import RolloutEngine
     from passband.training.rl.batching import RolloutBatch
-    from passband.training.rl.trainer import RLTrainer
 
 
 @dataclass
@@ -40,9 +39,17 @@ class Rollouts:
     scoring_s: float
     judged: list[dict[str, Any]] = field(default_factory=list)
     """One record per rollout a judge scored, every round (training/judge/; empty without judges)."""
+    weight_version: int = 0
+    """The weights version the engine sampled them with (training/rl/staleness.py)."""
 
 
-def _sample_round(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
+def iteration_seed(config: RLConfig, iteration: int) -> int:
+    """The seed of iteration `iteration`'s rollouts and Clip-Cov choice: by the iteration, not the
+    engine's history, so a resumed run draws what the uninterrupted one drew there."""
+    return config.seed * 1_000_003 + iteration
+
+
+def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
                   consumed: dict[str, int], num_prompts: int, seed: int,
                   judges: dict[str, Any]) -> tuple[list[ScoredGroup], dict, dict, float, float, list[dict]]:
     """(groups, cursor after, status counts, rollout s, scoring s, judge records) of one round of `num_prompts`."""
@@ -57,7 +64,7 @@ def _sample_round(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, p
     picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
                                    consumed, num_prompts, config.seed)
     rows = [problems[task][index] for task, index in picks]
-    prompts = [render_prompt(trainer.tokenizer, row["prompt"], config.system_prompt) for row in rows]
+    prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
     samples, rollout_s = generate(engine, prompts, config.sampling.model_copy(update={"seed": seed}))
     scoring_start = time.perf_counter()
     rewards, valid, counts, judged = score_rollouts(rows, samples, config.reward.verifiers, judges)
@@ -72,9 +79,11 @@ def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
                                [g.row["task"] for g in groups], config.reward.mask_truncated, config.sampling.temperature)
 
 
-def collect_rollouts(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
-                     iteration: int, iteration_seed: int, judges: dict[str, Any] | None = None) -> Rollouts:
-    """The iteration's scored groups from the cursor at trainer.state.consumed (left unchanged);
+def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
+                     consumed: dict[str, int], iteration: int, iteration_seed: int,
+                     judges: dict[str, Any] | None = None) -> Rollouts:
+    """The iteration's scored groups from the prompt cursor `consumed` (left unchanged; the one
+    after is the result's);
     `judges` (task -> training.judge Judge) score their tasks' rollouts instead of the verifiers."""
     from passband.tasks.steps.rollout import rollout_stats
     from passband.training.rl.dynamic_sampling import GroupPool, round_prompts, round_seed
@@ -83,18 +92,18 @@ def collect_rollouts(config: RLConfig, trainer: RLTrainer, engine: RolloutEngine
     dynamic = config.dynamic_sampling
     if dynamic is None:
         groups, consumed, counts, rollout_s, scoring_s, judged = _sample_round(
-            config, trainer, engine, problems, trainer.state.consumed, config.prompts_per_step, iteration_seed,
+            config, tokenizer, engine, problems, consumed, config.prompts_per_step, iteration_seed,
             judges or {})
         speed = rollout_stats([g.samples for g in groups], rollout_s)["tokens_per_s"]
         return Rollouts(groups, _batch(config, groups), consumed, counts | {"rollout_tokens_per_s": speed},
                         rollout_s, scoring_s, judged)
 
     pool: GroupPool[ScoredGroup] = GroupPool(need=config.prompts_per_step)
-    consumed, counts, rollout_s, scoring_s, samples, rounds = trainer.state.consumed, {}, 0.0, 0.0, [], 0
+    counts, rollout_s, scoring_s, samples, rounds = {}, 0.0, 0.0, [], 0
     judged: list[dict] = []
     while pool.missing > 0 and rounds < dynamic.max_rounds:
         groups, consumed, round_counts, round_s, round_scoring_s, round_judged = _sample_round(
-            config, trainer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
+            config, tokenizer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
             round_seed(iteration_seed, rounds), judges or {})
         judged += [record | {"round": rounds} for record in round_judged]
         pool.add_round(groups, zero_variance_flags(_batch(config, groups)))

@@ -133,12 +133,17 @@ def _state(uri):
     return json.loads((fetch_artifact(uri) / "trainer_state.json").read_text())
 
 
-def test_stopped_and_resumed_run_matches_uninterrupted(harness, tmp_path, monkeypatch):
+def digit_task(tmp_path, monkeypatch, experiment):
+    """The digit model, its train and eval rows under `tmp_path`, and a home of its own for `experiment`."""
     _digit_model(tmp_path / "digits")
     _rows_file(tmp_path / "train.jsonl", TRAIN_PROMPTS)
     _rows_file(tmp_path / "eval.jsonl", EVAL_PROMPTS)
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PASSBAND_EXPERIMENT", "test-rl-resume")
+    monkeypatch.setenv("PASSBAND_EXPERIMENT", experiment)
+
+
+def test_stopped_and_resumed_run_matches_uninterrupted(harness, tmp_path, monkeypatch):
+    digit_task(tmp_path, monkeypatch, "test-rl-resume")
     monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root_a"))
     full = rl(_tiny_config(tmp_path))
     again = rl(_tiny_config(tmp_path))

@@ -1,0 +1,118 @@
+"""Rollouts ahead of the trainer: with `rollout.max_off_policy_steps` k >= 1, the next k iterations'
+rollouts are sampled on a background thread while the trainer updates (training/rl/staleness.py
+says with which weights, and why a fixed lag).
+
+One thread owns the engine's sampling, so collections run one after another, each from the prompt
+cursor the one before it left (so a batch's prompts are what the synchronous loop would draw). The
+trainer publishes every update as a version (training/weights/versions.py) and does not touch
+the engine; each collection loads the version the schedule names before it samples, and the
+held-out evaluation borrows the engine through the same lock to score the newest weights.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from passband.flows.rl_config import RLConfig
+from passband.flows.rl_rollouts import iteration_seed
+from passband.training.rl.staleness import behaviour_version, check_staleness, versions_to_keep
+
+if TYPE_CHECKING:  # torch-backed: imported where the flow runs
+    from passband.flows.rl_rollouts import Rollouts
+    from passband.training.engines import RolloutEngine
+
+
+@dataclass
+class VersionedEngine:
+    """The rollout engine, shared by the rollout thread and the evaluator: who uses it holds the
+    lock, and the version it holds is known (`version`), so a load happens only on a change."""
+
+    engine: RolloutEngine
+    root: Path
+    """Where the trainer publishes its versions."""
+    version: int
+    """The weights version the engine holds."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def at(self, version: int) -> Iterator[RolloutEngine]:
+        """The engine holding weights `version` (loaded if it holds another), for this block alone."""
+        from passband.training.weights.versions import load_version
+
+        with self.lock:
+            if version != self.version:
+                load_version(self.engine, self.root, version)
+                self.version = version
+            yield self.engine
+
+
+@dataclass
+class RolloutsAhead:
+    """The rollouts of iterations up to k ahead of the one training, collected on one thread."""
+
+    config: RLConfig
+    tokenizer: Any
+    engine: VersionedEngine
+    problems: dict[str, list[dict]]
+    judges: dict[str, Any]
+    resumed_at: int
+    """Iterations completed when this process started; the engine starts at that version."""
+    last_iteration: int
+    """The last iteration this process runs: nothing is collected past it."""
+    consumed: dict[str, int]
+    """The prompt cursor after the newest collection submitted."""
+    pending: dict[int, Future] = field(default_factory=dict)
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "rl-rollouts"))
+
+    @property
+    def max_off_policy_steps(self) -> int:
+        return self.config.rollout.max_off_policy_steps
+
+    def take(self, iteration: int) -> Rollouts:
+        """Iteration `iteration`'s rollouts (waiting for them), after queueing those of the next k."""
+        for ahead in range(iteration, min(iteration + self.max_off_policy_steps, self.last_iteration) + 1):
+            if ahead not in self.pending:
+                self.pending[ahead] = self._submit(ahead)
+        rollouts = self.pending.pop(iteration).result()
+        check_staleness(iteration, rollouts.weight_version, self.max_off_policy_steps)
+        return rollouts
+
+    def _submit(self, iteration: int) -> Future:
+        # the collections queue on one thread: this one starts where the one before it leaves the
+        # cursor, which `_collect` hands on through the previous future
+        previous = self.pending.get(iteration - 1)
+        version = behaviour_version(iteration, self.max_off_policy_steps, self.resumed_at)
+        seed = iteration_seed(self.config, iteration)
+        context = contextvars.copy_context()  # the flow run's: Prefect tasks and logging inside see it
+        return self.executor.submit(context.run, self._collect, iteration, version, seed, previous)
+
+    def _collect(self, iteration: int, version: int, seed: int, previous: Future | None) -> Rollouts:
+        from passband.flows.rl_rollouts import collect_rollouts
+
+        consumed = previous.result().consumed if previous is not None else self.consumed
+        with self.engine.at(version) as engine:
+            rollouts = collect_rollouts(self.config, self.tokenizer, engine, self.problems, consumed, iteration,
+                                        seed, self.judges)
+        rollouts.weight_version = version
+        return rollouts
+
+    def close(self) -> None:
+        """Wait for the collections still running (past an early stop or this run's last
+        iteration they are never trained on) and stop the thread."""
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def publish_update(model: Any, config: RLConfig, root: Path, version: int) -> None:
+    """The trainer's weights after update `version`, published for the rollout thread (the engine
+    is not touched: the thread loads what it needs when it needs it)."""
+    from passband.training.weights.versions import publish_version
+
+    publish_version(model, root, version, config.engine.dtype, config.engine.lm_head_fp32,
+                    keep=versions_to_keep(config.rollout.max_off_policy_steps))

@@ -1,0 +1,111 @@
+"""Bounded staleness (rollout.max_off_policy_steps, training/rl/staleness.py, flows/rl_ahead.py).
+
+1. The schedule of weight versions, by hand.
+2. The rl flow at k=1 on the tiny digit model (fp32 hf engine and fp32 trainer, so the engine and
+   the trainer agree to ~1e-7 whenever they hold the same weights): iterations 1 and 2 sample with
+   v0, iteration 3 with v1; the mismatch the trainer measures (vllm_kl) is ~0 where the batch is on
+   policy and not where it is stale, an independent check that the engine held the stale weights;
+   the prompts per iteration are the synchronous run's; two k=1 runs give the same weights.
+"""
+
+import json
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from prefect.testing.utilities import prefect_test_harness
+from safetensors.torch import load_file
+
+from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
+from passband.flows.eval_config import EvalConfig
+from passband.flows.rl import RLConfig, rl
+from passband.flows.rl_config import RolloutConfig
+from passband.tasks.artifacts.store import fetch_artifact
+from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.staleness import behaviour_version, check_staleness, off_policy_steps, versions_to_keep
+from test_flow_rl import digit_task
+
+
+def test_behaviour_versions_by_hand():
+    assert [behaviour_version(i, 0, 0) for i in (1, 2, 3)] == [0, 1, 2]  # the synchronous loop
+    assert [behaviour_version(i, 1, 0) for i in (1, 2, 3, 4)] == [0, 0, 1, 2]
+    assert [behaviour_version(i, 2, 0) for i in (1, 2, 3, 4, 5)] == [0, 0, 0, 1, 2]
+    # resumed after iteration 3 holding v3 only: fresher than the uninterrupted run until the lag catches up
+    assert [behaviour_version(i, 2, 3) for i in (4, 5, 6, 7)] == [3, 3, 3, 4]
+    with pytest.raises(ValueError, match="completed before"):
+        behaviour_version(3, 1, 3)
+    assert off_policy_steps(5, 2) == 2 and off_policy_steps(1, 0) == 0
+    assert versions_to_keep(0) == 1 and versions_to_keep(2) == 3
+
+
+def test_check_staleness_refuses_outside_the_bound():
+    check_staleness(4, 2, 1)  # one update off policy, k=1: trained on
+    check_staleness(4, 3, 0)
+    with pytest.raises(RuntimeError, match="2 updates off policy"):
+        check_staleness(4, 1, 1)
+    with pytest.raises(RuntimeError, match="-1 updates off policy"):  # weights not published yet
+        check_staleness(4, 4, 1)
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with prefect_test_harness(server_startup_timeout=300):
+        yield
+
+
+def _config(tmp, k, **overrides):
+    return RLConfig(
+        model=str(tmp / "digits"),
+        datasets={"math": ProblemSource(suite=None, path=str(tmp / "train.jsonl"), task="math", num_problems=8)},
+        prompts_per_step=2, num_iterations=3, seed=7,
+        sampling=SamplingConfig(n=4, max_tokens=4), engine=EngineConfig(kind="hf", dtype="float32"),
+        algo=RLAlgoConfig(lr=1e-2, micro_batch_size=3, precision="fp32"), checkpoint_every=1,
+        rollout=RolloutConfig(max_off_policy_steps=k),
+        # an evaluation at every iteration borrows the engine from the rollout thread
+        eval=EvalConfig(suites={"math": ProblemSource(suite=None, path=str(tmp / "eval.jsonl"), task="math")},
+                        sampling=SamplingConfig(n=2, max_tokens=4)), eval_every=1,
+        **overrides,
+    )
+
+
+def _series(run_id, name):
+    return [m.value for m in sorted(MlflowClient().get_metric_history(run_id, name), key=lambda m: m.step)]
+
+
+def _prompt_ids(summary):
+    final = summary.outputs["checkpoint"]
+    uris = [final.replace("iter-000003", f"iter-{i:06d}") for i in (1, 2, 3)]
+    return [json.loads((fetch_artifact(uri) / "trainer_state.json").read_text())["prompt_ids"] for uri in uris]
+
+
+def test_one_step_off_policy_flow(harness, tmp_path, monkeypatch):
+    digit_task(tmp_path, monkeypatch, "test-rl-staleness")
+
+    synchronous = rl(_config(tmp_path, 0))
+    ahead = rl(_config(tmp_path, 1))
+    assert ahead.status == synchronous.status == "completed"
+
+    assert _series(synchronous.mlflow_run_id, "rollout/weight_version") == [0.0, 1.0, 2.0]
+    assert _series(ahead.mlflow_run_id, "rollout/weight_version") == [0.0, 0.0, 1.0]
+    assert _series(ahead.mlflow_run_id, "rollout/off_policy_steps") == [0.0, 1.0, 1.0]
+    # Same engine and trainer numerics: on policy the two agree, one update stale they do not.
+    sync_kl, ahead_kl = _series(synchronous.mlflow_run_id, "vllm_kl"), _series(ahead.mlflow_run_id, "vllm_kl")
+    assert max(sync_kl) < 1e-6 and ahead_kl[0] < 1e-6
+    assert min(ahead_kl[1:]) > 100 * max(sync_kl + [1e-9])
+    # The updates had signal, and the cursor is the synchronous run's.
+    assert min(_series(ahead.mlflow_run_id, "zero_variance_group_frac")) < 1.0
+    assert _prompt_ids(ahead) == _prompt_ids(synchronous)
+    # Held-out scores at every iteration: the evaluation borrowed the engine at each update's weights.
+    assert len(_series(ahead.mlflow_run_id, "eval/math/pass_at_1")) == 4
+
+    monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root_b"))
+    again = rl(_config(tmp_path, 1))
+    first, second = (load_file(str(fetch_artifact(s.outputs["checkpoint"]) / "model.safetensors")) for s in (ahead, again))
+    assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_ahead_needs_one_process():
+    from passband.training.sft.config import DistributedConfig
+
+    with pytest.raises(ValueError, match="nproc_per_node 1"):
+        RLConfig(rollout=RolloutConfig(max_off_policy_steps=1), distributed=DistributedConfig(nproc_per_node=2))
