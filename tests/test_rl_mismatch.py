@@ -182,3 +182,19 @@ def test_extreme_log_ratios_give_finite_weights_and_metrics():
     stats = mismatch_stats(trainer_logp, rollout_logp, mask, torch.ones(1, 3))
     assert all(math.isfinite(v) for v in stats.values())
     assert math.isfinite(mismatch_kl(trainer_logp, rollout_logp, mask))
+
+
+def test_rejection_fractions_by_hand():
+    from passband.training.rl.mismatch import rejection_fractions
+
+    # log rho per token: A 4 x +0.25 (product e^1 > 2, geometric mean e^0.25 > 1.001, each token < 2);
+    # B +0.8, -0.8 (product 1, mean 1, but rho 2.23 > 2 and 0.45 < 1/2); C 3 x 1e-4 (inside every band)
+    log_rho = torch.tensor([[0.25, 0.25, 0.25, 0.25], [0.8, -0.8, 0.0, 0.0], [1e-4, 1e-4, 1e-4, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.float32)
+    rollout = torch.full_like(log_rho, -1.0)
+    bounds = {"seq_mis": (2.0, None), "token_mis": (2.0, None), "geo_mis": (1.001, None)}
+    fractions = rejection_fractions(rollout + log_rho, rollout, mask, bounds)
+    assert fractions == pytest.approx({"seq_mis": 1 / 3, "geo_mis": 1 / 3, "token_mis": 1 / 3,
+                                       "token_mis_tokens": 2 / 9})
+    on_policy = rejection_fractions(rollout, rollout, mask, bounds)
+    assert on_policy == {"seq_mis": 0.0, "geo_mis": 0.0, "token_mis": 0.0, "token_mis_tokens": 0.0}

@@ -223,6 +223,12 @@ class RLAlgoConfig(BaseModel):
             return self.geo_threshold, self.geo_threshold_low
         return self.correction_threshold, self.correction_threshold_low
 
+    def rejection_bounds(self) -> dict[str, tuple[float, float | None]]:
+        """(C_high, C_low) of each rejecting correction as this config would set it, for the
+        `mismatch_would_reject/*` metrics: seq_mis and token_mis share C, geo_mis has its own."""
+        shared = (self.correction_threshold, self.correction_threshold_low)
+        return {"seq_mis": shared, "token_mis": shared, "geo_mis": (self.geo_threshold, self.geo_threshold_low)}
+
     def zero_gradient_skip_blocker(self) -> str | None:
         """Why a row with advantage exactly 0 can still have gradient under this config, or None when it cannot.
 

@@ -126,3 +126,26 @@ def response_perplexity(logp: Tensor, mask: Tensor) -> float:
     if values.numel() == 0:
         return 1.0
     return float(torch.exp(-values.mean()))
+
+
+REJECTING_MODES = ("seq_mis", "geo_mis", "token_mis")
+
+
+def rejection_fractions(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor,
+                        bounds: dict[str, tuple[float, float | None]]) -> dict[str, float]:
+    """What each rejecting correction would drop of this batch, whichever one the update uses:
+    `<mode>` the fraction of sequences (with response tokens) it zeroes whole, for token_mis the
+    fraction with at least one rejected token, and `token_mis_tokens` its fraction of tokens.
+    `bounds`: mode -> (C_high, C_low) as `importance_weights` takes them. Under staleness these
+    separate (docs/scaling.md: a product over hundreds of tokens leaves seq-MIS's [0, C] long
+    before a per-token or geometric-mean band is left)."""
+    is_response = mask > 0
+    has_tokens = is_response.any(dim=-1)
+    num_sequences = max(int(has_tokens.sum()), 1)
+    fractions = {}
+    for mode in REJECTING_MODES:
+        rejected = (importance_weights(trainer_logp, rollout_logp, mask, mode, *bounds[mode]) == 0) & is_response
+        fractions[mode] = float((rejected.any(dim=-1) & has_tokens).sum()) / num_sequences
+        if mode == "token_mis":
+            fractions["token_mis_tokens"] = float(rejected.sum()) / max(int(is_response.sum()), 1)
+    return fractions
