@@ -190,3 +190,20 @@ def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, al
     resumed_diff = _max_diff({k: v for k, v in resumed.model.state_dict().items() if k != "lm_head.weight"}, one_final)
     print(f"{algo_name}: resumed at 1 rank from the 2-rank checkpoint, then 1 update: max diff {resumed_diff:.3g}")
     assert resumed_diff <= 1e-5
+
+
+def test_the_flow_handle_finds_the_newest_version_the_ranks_published(tmp_path):
+    from passband.tasks.steps.rl_torchrun import RanksTrainer
+    from passband.training.weights.versions import publish_state_dict
+
+    # no ranks are launched: the handle only reads what rank 0 wrote under work_dir/weights
+    trainer = RanksTrainer(tokenizer=None, weights_dir=tmp_path, state=None, work_dir=tmp_path / "ranks", ranks=None,
+                           nproc_per_node=2)
+    assert trainer.weights_root == tmp_path / "ranks" / "weights"
+    with pytest.raises(FileNotFoundError, match="published no weights"):
+        trainer.published
+    state = {"embed.weight": torch.ones(2, 2)}
+    for version in (1, 2):
+        publish_state_dict(state, "embed.weight", trainer.weights_root, version, "bfloat16", False, keep=2)
+    (trainer.weights_root / "v3").mkdir()  # a version being written (no manifest yet) is not the newest
+    assert trainer.published == trainer.weights_root / "v2"
