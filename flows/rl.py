@@ -131,7 +131,8 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
     nproc = config.distributed.nproc_per_node
     if nproc > 1:
         logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", nproc)
-    with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, nproc, scratch / "ranks") as trainer:
+    with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, nproc, scratch / "ranks",
+                    config.engine) as trainer:
         yield trainer
 
 

@@ -47,6 +47,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     from passband.training.rl.rollout_metrics import zero_variance_fractions
     from passband.training.rl.staleness import off_policy_steps
     from passband.training.rl.update import rl_update
+    from passband.training.weights.versions import load_version
 
     start = time.perf_counter()
     peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
@@ -64,7 +65,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     with peaks.phase("training"):
         train_start = time.perf_counter()
         if isinstance(trainer, RanksTrainer):  # the update on the torchrun ranks; they publish the full weights
-            metrics = trainer.update(batch, iteration_seed(config, iteration))
+            metrics = trainer.update(batch, iteration_seed(config, iteration), iteration)
         else:
             generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
             metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
@@ -74,7 +75,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
         if ahead is not None:
             publish_update(trainer.model, config, ahead.engine.root, iteration)
         elif isinstance(trainer, RanksTrainer):
-            engine.load_weights(trainer.published)
+            load_version(engine, trainer.weights_root, iteration)
         else:
             push_weights(trainer.model, engine, config.engine, scratch, iteration)
         sync_s = time.perf_counter() - sync_start

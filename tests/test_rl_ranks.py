@@ -1,9 +1,10 @@
-"""The RL update on 2 torchrun ranks (FSDP2 on CPU, gloo) ends where one process does, and a
-checkpoint the 2 ranks wrote resumes in the flow's one-process trainer.
+"""The RL update on 2 torchrun ranks (FSDP2 on CPU, gloo) ends where one process does, a
+checkpoint the 2 ranks wrote resumes in the flow's one-process trainer, and the weights the ranks
+publish for the engine are the versions the in-process trainer publishes (bf16, an fp32 head).
 
 One tiny Llama, three fixed batches, the same Clip-Cov seeds. The reference is the in-process
-trainer (`open_trainer` + `rl_update`, what the flow runs at nproc_per_node 1). The ranks get the
-requests update, update, checkpoint, update, stop (training/rl/launch.py).
+trainer (`open_trainer` + `rl_update` + `publish_version`, what the flow runs at nproc_per_node 1).
+The ranks get the requests update, update, checkpoint, update, checkpoint, stop (training/rl/launch.py).
 """
 
 import json
@@ -24,6 +25,7 @@ from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
 from passband.training.rl.trainer import open_trainer
 from passband.training.rl.update import rl_update
+from passband.training.weights.versions import MANIFEST, committed_versions, publish_version
 
 REPO = Path(__file__).resolve().parents[1]
 # fp32 (bf16's own rounding would swamp the summation-order differences compared here). Micro-batches
@@ -75,6 +77,24 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
+def _version(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(manifest, tensors) of a published weight version."""
+    manifest = json.loads((path / MANIFEST).read_text())
+    tensors = {}
+    for name in manifest["files"]:
+        tensors |= load_file(path / name)
+    return manifest, tensors
+
+
+def _bf16_ulps(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| in units of one bf16 ulp at the larger magnitude (8 significant bits: |x| in
+    [2^(e-1), 2^e) has ulp 2^(e-8)); 0 where both are zero."""
+    big = torch.maximum(a.float().abs(), b.float().abs())
+    _, exponent = torch.frexp(big)
+    ulp = torch.ldexp(torch.ones_like(big), exponent - 8)
+    return float(((a.float() - b.float()).abs() / ulp).max())
+
+
 @pytest.mark.parametrize("algo_name", sorted(ALGOS))
 def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, algo_name):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -87,17 +107,22 @@ def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, al
 
     # Two ranks: every request written up front; they answer in order.
     work_dir = tmp_path / "ranks"
-    for number, request in enumerate([batch_request(batches[0], 11), batch_request(batches[1], 12),
-                                      {"kind": "checkpoint", "name": "iter-000002",
-                                       "state": {"iteration": 2, "consumed": {"math": 6}, "prompt_ids": [],
-                                                 "best": None, "metrics": {}}},
-                                      batch_request(batches[2], 13), {"kind": "stop"}], start=1):
+    state = {"iteration": 2, "consumed": {"math": 6}, "prompt_ids": [], "best": None, "metrics": {}}
+    for number, request in enumerate([batch_request(batches[0], 11, 1), batch_request(batches[1], 12, 2),
+                                      {"kind": "checkpoint", "name": "iter-000002", "state": state},
+                                      batch_request(batches[2], 13, 3),
+                                      {"kind": "checkpoint", "name": "iter-000003", "state": state | {"iteration": 3}},
+                                      {"kind": "stop"}], start=1):
         write_request(work_dir, number, request)
-    replies = _torchrun(RanksConfig(model=model_dir, algo=algo, work_dir=work_dir))
-    assert replies[0] == {"ready": True} and [r["request"] for r in replies[1:]] == [1, 2, 3, 4, 5]
+    # the engine's settings: a bf16 body, the (tied) head kept fp32; every version kept to compare them
+    replies = _torchrun(RanksConfig(model=model_dir, algo=algo, work_dir=work_dir, engine_dtype="bfloat16",
+                                    lm_head_fp32=True, keep_versions=3))
+    assert replies[0] == {"ready": True} and [r["request"] for r in replies[1:]] == [1, 2, 3, 4, 5, 6]
     two_metrics = [replies[i]["metrics"] for i in (1, 2, 4)]
-    two_final = load_file(work_dir / "weights" / "model.safetensors")
+    assert [replies[i]["weights"] for i in (1, 2, 4)] == [str(work_dir / "weights" / f"v{v}") for v in (1, 2, 3)]
+    assert committed_versions(work_dir / "weights") == [1, 2, 3]
     checkpoint = Path(replies[3]["checkpoint"])
+    two_final = load_file(Path(replies[5]["checkpoint"]) / "model.safetensors")  # fp32, after 3 updates
 
     # One process, the flow's in-process trainer.
     one = open_trainer(model_dir, ["math"], algo)
@@ -105,6 +130,7 @@ def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, al
     for i, (batch, seed) in enumerate(zip(batches, (11, 12, 13))):
         one_metrics.append(rl_update(one.model, one.ref_model, one.optimizer, batch, algo,
                                      torch.Generator().manual_seed(seed)))
+        publish_version(one.model, tmp_path / "one_weights", i + 1, "bfloat16", lm_head_fp32=True, keep=3)
         if i == 1:
             at_two = ({k: v.clone() for k, v in one.model.state_dict().items() if k != "lm_head.weight"},
                       {i: {k: v.clone() for k, v in s.items()} for i, s in one.optimizer.state_dict()["state"].items()})
@@ -116,6 +142,25 @@ def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, al
     final_diff = _max_diff(two_final, one_final)
     print(f"{algo_name}: max |2 ranks - 1 process| after 3 updates = {final_diff:.3g}")
     assert final_diff <= 1e-5
+
+    # The published versions: what the in-process trainer publishes after the same update, bf16 with
+    # the tied head (the embedding) in fp32. The head is compared as the fp32 weights are (1e-5); a bf16
+    # weight may round the other way where the two fp32 runs (1e-7 apart) straddle a rounding midpoint,
+    # so the body is compared to one bf16 ulp (a dropped micro-batch moves weights by ~lr = 3e-3,
+    # many ulps of the ~0.02 weights).
+    for version in (1, 3):
+        manifest, two_version = _version(work_dir / "weights" / f"v{version}")
+        one_manifest, one_version = _version(tmp_path / "one_weights" / f"v{version}")
+        assert manifest == one_manifest  # the same shards, of the same sizes
+        assert (manifest["version"], manifest["dtype"], manifest["lm_head_fp32"]) == (version, "bfloat16", True)
+        assert {k: (t.dtype, t.shape) for k, t in two_version.items()} == {k: (t.dtype, t.shape)
+                                                                            for k, t in one_version.items()}
+        assert {k for k, t in two_version.items() if t.dtype == torch.float32} == {"model.embed_tokens.weight"}
+        head = "model.embed_tokens.weight"
+        head_diff = float((two_version[head] - one_version[head]).abs().max())
+        ulps = max(_bf16_ulps(two_version[k], one_version[k]) for k in two_version if k != head)
+        print(f"{algo_name}: v{version} published by 2 ranks vs 1 process: head {head_diff:.3g}, body {ulps} bf16 ulps")
+        assert head_diff <= 1e-5 and ulps <= 1
     # AdamW is blind to a uniform gradient scale, so the loss and the pre-clip grad norm are compared:
     # a wrong normalisation (averaging the ranks, a padding pass that counts) shows by its factor.
     # The loss is a sum of advantage-weighted terms of size ~1 that nearly cancel (0.018 at the
@@ -145,3 +190,20 @@ def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, al
     resumed_diff = _max_diff({k: v for k, v in resumed.model.state_dict().items() if k != "lm_head.weight"}, one_final)
     print(f"{algo_name}: resumed at 1 rank from the 2-rank checkpoint, then 1 update: max diff {resumed_diff:.3g}")
     assert resumed_diff <= 1e-5
+
+
+def test_the_flow_handle_finds_the_newest_version_the_ranks_published(tmp_path):
+    from passband.tasks.steps.rl_torchrun import RanksTrainer
+    from passband.training.weights.versions import publish_state_dict
+
+    # no ranks are launched: the handle only reads what rank 0 wrote under work_dir/weights
+    trainer = RanksTrainer(tokenizer=None, weights_dir=tmp_path, state=None, work_dir=tmp_path / "ranks", ranks=None,
+                           nproc_per_node=2)
+    assert trainer.weights_root == tmp_path / "ranks" / "weights"
+    with pytest.raises(FileNotFoundError, match="published no weights"):
+        trainer.published
+    state = {"embed.weight": torch.ones(2, 2)}
+    for version in (1, 2):
+        publish_state_dict(state, "embed.weight", trainer.weights_root, version, "bfloat16", False, keep=2)
+    (trainer.weights_root / "v3").mkdir()  # a version being written (no manifest yet) is not the newest
+    assert trainer.published == trainer.weights_root / "v2"

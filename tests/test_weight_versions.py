@@ -13,9 +13,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from passband.training.weights.engine_dtype import engine_tensors, write_shards
+from passband.training.weights.engine_dtype import engine_tensors, head_name, write_shards
 from passband.training.weights.versions import (MANIFEST, collect_garbage, committed_versions, newest_version,
-                                                publish_version, version_dir)
+                                                publish_state_dict, publish_version, version_dir)
 
 
 def tiny_llama(tied: bool) -> torch.nn.Module:
@@ -44,17 +44,18 @@ def saved_names(model: torch.nn.Module, tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize("tied", [True, False])
 def test_body_in_bf16_head_in_fp32_under_the_names_save_pretrained_writes(tied: bool, tmp_path: Path) -> None:
     model = tiny_llama(tied)
-    head_name = "model.embed_tokens.weight" if tied else "lm_head.weight"
-    tensors = dict(engine_tensors(model, torch.bfloat16, lm_head_fp32=True))
+    head = "model.embed_tokens.weight" if tied else "lm_head.weight"
+    assert head_name(model) == head
+    tensors = dict(engine_tensors(model.state_dict(), head_name(model), torch.bfloat16, lm_head_fp32=True))
     assert sorted(tensors) == saved_names(model, tmp_path)
     assert ("lm_head.weight" in tensors) == (not tied)  # a tied head is written once, as the embedding
-    assert {name for name, t in tensors.items() if t.dtype == torch.float32} == {head_name}
+    assert {name for name, t in tensors.items() if t.dtype == torch.float32} == {head}
     assert tensors["model.norm.weight"][:2].tolist() == [1.0, 1.015625]
-    assert tensors[head_name][0, 0].item() == 1 + 2**-8  # fp32: not rounded
+    assert tensors[head][0, 0].item() == 1 + 2**-8  # fp32: not rounded
     # without the fp32 head every tensor is bf16, the head's value rounded like the rest
-    plain = dict(engine_tensors(model, torch.bfloat16, lm_head_fp32=False))
+    plain = dict(engine_tensors(model.state_dict(), head_name(model), torch.bfloat16, lm_head_fp32=False))
     assert {t.dtype for t in plain.values()} == {torch.bfloat16}
-    assert plain[head_name][0, 0].item() == 1.0
+    assert plain[head][0, 0].item() == 1.0
     # the cast is vLLM's loader's (param.copy_(loaded)), bit for bit, for every tensor
     state = model.state_dict()
     for name, tensor in plain.items():
@@ -64,7 +65,7 @@ def test_body_in_bf16_head_in_fp32_under_the_names_save_pretrained_writes(tied: 
 def test_an_fp32_engine_gets_the_parameters_themselves_no_copy() -> None:
     model = tiny_llama(tied=True)
     state = model.state_dict()
-    for name, tensor in engine_tensors(model, torch.float32, lm_head_fp32=False):
+    for name, tensor in engine_tensors(model.state_dict(), head_name(model), torch.float32, lm_head_fp32=False):
         assert tensor.data_ptr() == state[name].data_ptr()
 
 
@@ -88,10 +89,34 @@ def test_a_published_version_reloads_bit_for_bit_with_its_manifest(tmp_path: Pat
     loaded = {}
     for name in manifest["files"]:
         loaded |= load_file(str(path / name))
-    expected = dict(engine_tensors(model, torch.bfloat16, lm_head_fp32=True))
+    expected = dict(engine_tensors(model.state_dict(), head_name(model), torch.bfloat16, lm_head_fp32=True))
     assert sorted(loaded) == sorted(expected)
     for name, tensor in expected.items():
         assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor)
+
+
+def test_a_state_dict_is_published_by_the_same_writer(tmp_path: Path) -> None:
+    """What rank 0 of the torchrun trainer hands the writer: a plain {name: tensor} dict, no module."""
+    # the values of tiny_llama's: 1 + 2^-8 rounds to 1.0 in bf16, 1 + 3 * 2^-8 to 1.015625
+    head = torch.tensor([[1 + 2**-8, 1 + 3 * 2**-8], [0.5, -2.0]])
+    state = {"embed.weight": head, "norm.weight": torch.tensor([1 + 2**-8, 1 + 3 * 2**-8]),
+             "head.weight": head}  # a second name for the same tensor (a tied head) is written once
+    path = publish_state_dict(state, "embed.weight", tmp_path, 3, "bfloat16", lm_head_fp32=True, keep=1)
+    manifest = json.loads((path / MANIFEST).read_text())
+    assert path == tmp_path / "v3" and version_dir(tmp_path, 3) == path
+    assert (manifest["version"], manifest["dtype"], manifest["lm_head_fp32"]) == (3, "bfloat16", True)
+    assert list(manifest["files"]) == ["model-00001.safetensors"]
+    loaded = load_file(str(path / "model-00001.safetensors"))
+    assert sorted(loaded) == ["embed.weight", "norm.weight"]
+    assert loaded["embed.weight"].dtype == torch.float32 and torch.equal(loaded["embed.weight"], head)
+    assert loaded["norm.weight"].dtype == torch.bfloat16 and loaded["norm.weight"].tolist() == [1.0, 1.015625]
+    # the next version without the fp32 head: every tensor bf16; keep=1 deletes v3
+    path = publish_state_dict(state, "embed.weight", tmp_path, 4, "bfloat16", lm_head_fp32=False, keep=1)
+    assert committed_versions(tmp_path) == [4] and not (tmp_path / "v3").exists()
+    assert json.loads((path / MANIFEST).read_text())["lm_head_fp32"] is False
+    loaded = load_file(str(path / "model-00001.safetensors"))
+    assert {t.dtype for t in loaded.values()} == {torch.bfloat16}
+    assert loaded["embed.weight"].tolist() == [[1.0, 1.015625], [0.5, -2.0]]
 
 
 def test_a_version_without_its_manifest_or_with_a_short_shard_is_never_read(tmp_path: Path) -> None:
@@ -99,7 +124,7 @@ def test_a_version_without_its_manifest_or_with_a_short_shard_is_never_read(tmp_
     publish_version(model, tmp_path, 1, "bfloat16", False)
     publish_version(model, tmp_path, 2, "bfloat16", False)
     # v3: a publisher killed after its shards, before the manifest
-    write_shards(engine_tensors(model, torch.bfloat16, False), tmp_path / "v3")
+    write_shards(engine_tensors(model.state_dict(), head_name(model), torch.bfloat16, False), tmp_path / "v3")
     assert committed_versions(tmp_path) == [1, 2] and newest_version(tmp_path) == 2
     with pytest.raises(FileNotFoundError, match="v3 .* is not published"):
         version_dir(tmp_path, 3)
@@ -112,7 +137,7 @@ def test_a_version_without_its_manifest_or_with_a_short_shard_is_never_read(tmp_
 
 def test_old_versions_are_collected_and_a_redone_iteration_drops_the_newer_ones(tmp_path: Path) -> None:
     model = tiny_llama(tied=False)
-    write_shards(engine_tensors(model, torch.bfloat16, False), tmp_path / "v0")  # an unfinished one
+    write_shards(engine_tensors(model.state_dict(), head_name(model), torch.bfloat16, False), tmp_path / "v0")  # an unfinished one
     for version in (1, 2, 3, 4):
         publish_version(model, tmp_path, version, "bfloat16", False, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v3", "v4"]

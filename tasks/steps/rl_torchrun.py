@@ -3,8 +3,9 @@
 With `distributed.nproc_per_node > 1` the rl flow holds no model: the ranks
 (`python -m passband.training.rl.launch`, FSDP2, training/rl/launch.py) hold the sharded policy,
 the reference and the AdamW state for the whole run. The flow writes each iteration's scored batch
-as a request, reads rank 0's answer (the update's metrics, the full weights it published for the
-engine's weight sync) and asks for a checkpoint where its schedule says; rank 0 writes it in the
+as a request, reads rank 0's answer (the update's metrics; the full weights are published as the
+iteration's version under `weights_root`, in the engine's dtype, as the in-process trainer's are:
+training/weights/versions.py) and asks for a checkpoint where its schedule says; rank 0 writes it in the
 one-process layout and this process commits it manifest-last, as the in-process trainer's are. A
 rank that dies ends torchrun: its stdout closes and the next answer raises with the ranks' stderr.
 """
@@ -28,6 +29,7 @@ from passband.tasks.steps.sft_torchrun import RANK_ENV
 from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
+from passband.training.engines.config import EngineConfig
 from passband.training.rl.trainer import RLState
 
 
@@ -63,14 +65,25 @@ class RanksTrainer:
         raise RuntimeError(f"torchrun --nproc_per_node {self.nproc_per_node} for the rl trainer exited with code "
                            f"{self.ranks.returncode}; the ranks' stderr ends:\n{stderr}")
 
-    def update(self, batch: RolloutBatch, seed: int) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, seed: int, version: int) -> dict[str, float]:
         """One rl_update on the ranks (Clip-Cov seeded with `seed`); its metrics. The updated full
-        weights are then at `published`."""
-        return self._ask(batch_request(batch, seed))["metrics"]
+        weights are then published as `version` under `weights_root` (load_version loads them)."""
+        return self._ask(batch_request(batch, seed, version))["metrics"]
+
+    @property
+    def weights_root(self) -> Path:
+        """The root the ranks publish weight versions under (training/weights/versions.py layout)."""
+        return self.work_dir / "weights"
 
     @property
     def published(self) -> Path:
-        return self.work_dir / "weights"
+        """The folder of the newest version the ranks published."""
+        from passband.training.weights.versions import newest_version, version_dir
+
+        newest = newest_version(self.weights_root)
+        if newest is None:
+            raise FileNotFoundError(f"the rl trainer ranks have published no weights under {self.weights_root} yet")
+        return version_dir(self.weights_root, newest)
 
     def save(self) -> Path:
         """The ranks' checkpoint of this iteration (weights, AdamW, RNG, this RLState); its local path."""
@@ -80,13 +93,16 @@ class RanksTrainer:
 
 @contextmanager
 def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None,
-                  nproc_per_node: int, work_dir: Path) -> Iterator[RanksTrainer]:
+                  nproc_per_node: int, work_dir: Path, engine: EngineConfig,
+                  keep_versions: int = 1) -> Iterator[RanksTrainer]:
     """Launch the ranks (from `resume_dir`, a checkpoint directory, when given) and yield their
-    handle once they are ready; stop them at the end, or kill their process group on an error."""
+    handle once they are ready; stop them at the end, or kill their process group on an error.
+    They publish each update in `engine`'s dtype (and fp32 head), the `keep_versions` newest kept."""
     from passband.training.checkpoint import load_checkpoint
     from passband.training.model_source import load_tokenizer
 
-    config = RanksConfig(model=model_dir, resume_from=resume_dir, algo=algo, work_dir=work_dir)
+    config = RanksConfig(model=model_dir, resume_from=resume_dir, algo=algo, work_dir=work_dir,
+                         engine_dtype=engine.dtype, lm_head_fp32=engine.lm_head_fp32, keep_versions=keep_versions)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
     env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}

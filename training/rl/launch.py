@@ -7,10 +7,12 @@ The file holds a `RanksConfig`. The ranks open the trainer once (the policy, and
 KL is on, sharded by FSDP2: training/rl/ranks.py), then serve requests the flow writes, in order,
 as `work_dir/requests/NNNNNN.json` (written under another name and renamed, so a rank never reads
 half a file; every rank reads every request):
-  {"kind": "update", "batch": {RolloutBatch fields}, "seed": S}
-      one `rl_update` on the batch (Clip-Cov's generator seeded with S); rank 0 then writes the full
-      updated weights to work_dir/weights (for the engine's weight sync) and answers
-      {"request": N, "metrics": {...}, "weights": path}
+  {"kind": "update", "batch": {RolloutBatch fields}, "seed": S, "version": V}
+      one `rl_update` on the batch (Clip-Cov's generator seeded with S); the ranks gather the full
+      updated weights and rank 0 publishes them as version V (the iteration) under work_dir/weights,
+      as the in-process trainer does (training/weights/versions.py: the engine's dtype, an fp32 head
+      when lm_head_fp32, manifest last, the `keep_versions` newest kept), and answers
+      {"request": N, "metrics": {...}, "weights": path of v<V>}
   {"kind": "checkpoint", "name": "iter-000003", "state": {RLState}}
       rank 0 writes work_dir/checkpoints/<name> in the one-process layout (training/checkpoint.py,
       the AdamW state gathered from the shards) and answers {"request": N, "checkpoint": path}
@@ -25,14 +27,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
@@ -53,7 +54,13 @@ class RanksConfig(BaseModel):
     algo: RLAlgoConfig
     """The update's settings, as the flow's `algo`."""
     work_dir: Path
-    """Requests in (requests/), the published weights and the checkpoints out (weights/, checkpoints/)."""
+    """Requests in (requests/), the published weight versions and the checkpoints out (weights/v<N>, checkpoints/)."""
+    engine_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """The dtype the weights are published in: the rollout engine's (the flow's `engine.dtype`)."""
+    lm_head_fp32: bool = False
+    """Publish the output projection in fp32 (the flow's `engine.lm_head_fp32`: the engine keeps an fp32 head)."""
+    keep_versions: int = Field(1, ge=1)
+    """Published weight versions kept under weights/, the newest included (older ones are deleted)."""
     poll_s: float = 0.02
     """How often a rank looks for the next request."""
 
@@ -71,8 +78,9 @@ def write_request(work_dir: Path, number: int, request: dict[str, Any]) -> None:
     partial.rename(path)
 
 
-def batch_request(batch: RolloutBatch, seed: int) -> dict[str, Any]:
-    return {"kind": "update", "batch": dataclasses.asdict(batch), "seed": seed}
+def batch_request(batch: RolloutBatch, seed: int, version: int) -> dict[str, Any]:
+    """The update on `batch` (Clip-Cov seeded with `seed`), its weights to be published as `version`."""
+    return {"kind": "update", "batch": dataclasses.asdict(batch), "seed": seed, "version": version}
 
 
 def open_rank_trainer(config: RanksConfig) -> RLTrainer:
@@ -116,13 +124,20 @@ def full_model_state(trainer: RLTrainer) -> dict[str, torch.Tensor] | None:
     return {name: tensor for name, tensor in state.items() if name not in aliases}
 
 
-def publish_weights(trainer: RLTrainer, target: Path) -> None:
-    """The policy's full weights as a safetensors dir at `target` (rank 0 writes; every rank gathers)."""
+def publish_weights(trainer: RLTrainer, config: RanksConfig, version: int) -> Path:
+    """The policy's full weights published as `version` under work_dir/weights, the in-process
+    trainer's way (publish_state_dict: the engine's dtype, manifest last); the version's folder.
+    Every rank gathers, rank 0 writes."""
+    from passband.training.weights.engine_dtype import head_name
+    from passband.training.weights.versions import publish_state_dict
+
+    lm = unwrap(trainer.model)
     state = full_model_state(trainer)
+    root = config.work_dir / "weights"
     if rank() == 0:
-        if target.exists():
-            shutil.rmtree(target)
-        unwrap(trainer.model).save_pretrained(target, state_dict=state)
+        publish_state_dict(lm.state_dict() if state is None else state, head_name(lm), root, version,
+                           config.engine_dtype, config.lm_head_fp32, config.keep_versions)
+    return root / f"v{version}"
 
 
 def save_rank_checkpoint(trainer: RLTrainer, out_dir: Path, name: str) -> Path:
@@ -145,8 +160,8 @@ def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any]) -> 
         batch = RolloutBatch(**request["batch"])
         generator = torch.Generator().manual_seed(request["seed"])
         metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
-        publish_weights(trainer, config.work_dir / "weights")
-        return {"metrics": metrics, "weights": str(config.work_dir / "weights")}
+        published = publish_weights(trainer, config, request["version"])
+        return {"metrics": metrics, "weights": str(published)}
     if request["kind"] == "checkpoint":
         trainer.state = RLState.from_json(request["state"])
         return {"checkpoint": str(save_rank_checkpoint(trainer, config.work_dir / "checkpoints", request["name"]))}

@@ -11,7 +11,7 @@ is the input embedding, so that is the tensor kept fp32; the engine still casts 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -21,18 +21,26 @@ SHARD_BYTES = 64 * 2**20
 write holds in memory, and what an engine maps at once while it reads them."""
 
 
-def engine_tensors(model: torch.nn.Module, dtype: torch.dtype,
-                   lm_head_fp32: bool) -> Iterator[tuple[str, torch.Tensor]]:
-    """(checkpoint name, tensor) of every persistent tensor of `model`, each cast to `dtype` as
-    it is yielded, the output projection left in fp32 when `lm_head_fp32`. A tensor shared by
-    two names (tied embeddings) is yielded once, under the first, as save_pretrained does."""
+def head_name(model: torch.nn.Module) -> str:
+    """The state-dict name of `model`'s output projection: lm_head.weight, or the input embedding's
+    name when the head is tied to it (the first name of the shared tensor, the one written). By
+    parameter identity, so it holds for a model sharded by FSDP2 (its parameters are DTensors)."""
     head = model.get_output_embeddings().weight
+    return next(name for name, parameter in model.named_parameters() if parameter is head)
+
+
+def engine_tensors(state: Mapping[str, torch.Tensor], head: str, dtype: torch.dtype,
+                   lm_head_fp32: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    """(checkpoint name, tensor) of every tensor of `state` (a model's own state dict, or the full
+    one its torchrun ranks gathered), each cast to `dtype` as it is yielded, the output projection
+    `head` (head_name) left in fp32 when `lm_head_fp32`. A tensor shared by two names (tied
+    embeddings in a model's own state dict) is yielded once, under the first, as save_pretrained does."""
     seen: set[int] = set()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in state.items():
         if tensor.data_ptr() in seen:
             continue
         seen.add(tensor.data_ptr())
-        keep_fp32 = lm_head_fp32 and tensor.data_ptr() == head.data_ptr()
+        keep_fp32 = lm_head_fp32 and name == head
         # cast where the tensor lives (on a GPU: half the bytes to copy out), then to host memory
         yield name, tensor.to(torch.float32 if keep_fp32 else dtype).cpu().contiguous()
 

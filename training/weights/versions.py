@@ -1,5 +1,6 @@
 """Weights by version on disk: the trainer publishes `v<iteration>` after each update, rollout
-engines load the newest in place. The in-process RL sync is the same path with one version kept.
+engines load the newest in place. The in-process RL sync is the same path with one version kept,
+and so are the torchrun ranks (rank 0 publishes the full state dict they gathered: publish_state_dict).
 
 Layout under a root directory:
 
@@ -19,12 +20,13 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
 from passband.training.engines.protocol import RolloutEngine
-from passband.training.weights.engine_dtype import engine_tensors, write_shards
+from passband.training.weights.engine_dtype import engine_tensors, head_name, write_shards
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -33,17 +35,25 @@ _VERSION_DIR = re.compile(r"v(\d+)")
 
 def publish_version(model: torch.nn.Module, root: Path, version: int, dtype: str, lm_head_fp32: bool,
                     keep: int = 2) -> Path:
-    """Write `model`'s weights as `<root>/v<version>` in the engine's `dtype` (EngineConfig.dtype;
-    an fp32 head when `lm_head_fp32`), manifest last, then delete every version older than the
-    `keep` newest; the version's folder. A resumed run redoing iteration `version` replaces it
-    and deletes every newer version (they come from the iterations it rolled back, and a reader
-    would take the newest), each unpublished (manifest first) before its shards go."""
+    """`publish_state_dict` of `model`'s own weights (the in-process trainer's); the version's folder."""
+    return publish_state_dict(model.state_dict(), head_name(model), root, version, dtype, lm_head_fp32, keep)
+
+
+def publish_state_dict(state: Mapping[str, torch.Tensor], head: str, root: Path, version: int, dtype: str,
+                       lm_head_fp32: bool, keep: int = 2) -> Path:
+    """Write the weights `state` (a model's state dict, or the full one rank 0 gathered from the
+    torchrun ranks; `head`: the output projection's name, engine_dtype.head_name) as
+    `<root>/v<version>` in the engine's `dtype` (EngineConfig.dtype; an fp32 head when
+    `lm_head_fp32`), manifest last, then delete every version older than the `keep` newest; the
+    version's folder. A resumed run redoing iteration `version` replaces it and deletes every newer
+    version (they come from the iterations it rolled back, and a reader would take the newest),
+    each unpublished (manifest first) before its shards go."""
     if keep < 1:
-        raise ValueError(f"publish_version: keep={keep}; keep at least the version being published (1)")
+        raise ValueError(f"publish_state_dict: keep={keep}; keep at least the version being published (1)")
     for stale in [v for v in _version_folders(root) if v >= version]:
         _remove(root, stale)
     target = root / f"v{version}"
-    files = write_shards(engine_tensors(model, getattr(torch, dtype), lm_head_fp32), target)
+    files = write_shards(engine_tensors(state, head, getattr(torch, dtype), lm_head_fp32), target)
     manifest = {"format_version": FORMAT_VERSION, "version": version, "dtype": dtype,
                 "lm_head_fp32": lm_head_fp32, "files": files}
     partial = target / f".{MANIFEST}.partial"
