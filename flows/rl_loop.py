@@ -85,8 +85,12 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
 
         log_judge_samples(rollouts.judged, f"iter-{iteration:06d}", run_id)
     metrics |= zero_variance_fractions(batch) | rollouts.metrics
+    # the share of this batch's sampling and scoring that ran hidden behind earlier updates (0 at k = 0)
+    collect_s = rollouts.rollout_s + rollouts.scoring_s
+    overlap = 0.0 if ahead is None else max(0.0, 1.0 - wait_s / max(collect_s, 1e-9))
     metrics |= {"rollout/weight_version": float(rollouts.weight_version),
-                "rollout/off_policy_steps": float(off_policy_steps(iteration, rollouts.weight_version))}
+                "rollout/off_policy_steps": float(off_policy_steps(iteration, rollouts.weight_version)),
+                "rollout/overlap_share": overlap}
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
     metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,

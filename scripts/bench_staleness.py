@@ -11,7 +11,9 @@ what each rejecting correction would drop (`mismatch_would_reject/*`, training/r
 rejection_fractions) at the preset's thresholds (seq-MIS and token-MIS C = 2, geo-MIS 1.001), so
 one run measures all three on the same batches. Prints, per length and for on-policy vs one step
 stale: vllm_kl and the fraction of sequences each correction rejects (token-MIS: sequences with a
-rejected token, and its fraction of tokens).
+rejected token, and its fraction of tokens). First, at the first length, the same run with k = 0
+(the synchronous loop), so the wall time of overlapping rollouts with the update is compared side
+by side: on a 2-core box the two share the cores, so expect no gain there (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -39,16 +41,16 @@ def main() -> None:
     from passband.flows.rl import RLConfig, rl
     from passband.tasks.reporting import tracking
 
-    rows = []
-    for length in args.lengths:
+    rows, walls = [], {}
+    for k, length in [(0, args.lengths[0]), *((1, length) for length in args.lengths)]:
         overrides = [f"num_iterations={args.iterations}", "eval=null", "checkpoint_every=0",
-                     "rollout.max_off_policy_steps=1", f"prompts_per_step={args.prompts}",
+                     f"rollout.max_off_policy_steps={k}", f"prompts_per_step={args.prompts}",
                      f"sampling={{n: {args.group}, temperature: 1.0, max_tokens: {length}, ignore_eos: true}}",
                      "engine.max_model_len=1024"]
         config = resolve_config(RLConfig, "rl", "demo", None, overrides)
         start = time.perf_counter()
         summary = rl(config)
-        wall_s = time.perf_counter() - start
+        wall_s = walls[k, length] = time.perf_counter() - start
         tracking.configure()
         client = MlflowClient()
 
@@ -56,6 +58,8 @@ def main() -> None:
             return [m.value for m in sorted(client.get_metric_history(summary.mlflow_run_id, name), key=lambda m: m.step)]
 
         stale = history("rollout/off_policy_steps")
+        if k == 0:
+            continue
         for label, keep in (("on policy", lambda s: s == 0), ("1 step stale", lambda s: s == 1)):
             picked = [i for i, s in enumerate(stale) if keep(s)]
 
@@ -72,6 +76,9 @@ def main() -> None:
     for length, label, n, kl, seq, geo, token_seqs, tokens, wall_s in rows:
         print(f"| {length} | {label} | {n} | {kl:.2e} | {seq:.3f} | {geo:.3f} | {token_seqs:.3f} | {tokens:.4f} "
               f"| {wall_s:.0f} |")
+    length = args.lengths[0]
+    print(f"\nwall at {length} tokens, {args.iterations} iterations: k=0 {walls[0, length]:.0f} s, k=1 {walls[1, length]:.0f} s "
+          f"(k=1 / k=0 = {walls[1, length] / walls[0, length]:.2f})")
 
 
 if __name__ == "__main__":

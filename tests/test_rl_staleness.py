@@ -88,6 +88,8 @@ def test_one_step_off_policy_flow(harness, tmp_path, monkeypatch):
     assert _series(synchronous.mlflow_run_id, "rollout/weight_version") == [0.0, 1.0, 2.0]
     assert _series(ahead.mlflow_run_id, "rollout/weight_version") == [0.0, 0.0, 1.0]
     assert _series(ahead.mlflow_run_id, "rollout/off_policy_steps") == [0.0, 1.0, 1.0]
+    assert _series(synchronous.mlflow_run_id, "rollout/overlap_share") == [0.0, 0.0, 0.0]
+    assert all(0.0 <= share <= 1.0 for share in _series(ahead.mlflow_run_id, "rollout/overlap_share"))
     # Same engine and trainer numerics: on policy the two agree, one update stale they do not.
     sync_kl, ahead_kl = _series(synchronous.mlflow_run_id, "vllm_kl"), _series(ahead.mlflow_run_id, "vllm_kl")
     assert max(sync_kl) < 1e-6 and ahead_kl[0] < 1e-6
