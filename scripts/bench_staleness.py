@@ -4,7 +4,9 @@
 
 Runs `rl --preset demo` with `rollout.max_off_policy_steps: 1` once per response length, in one
 fresh PASSBAND_HOME, one after the other on the same box. `sampling.ignore_eos` makes every
-response exactly that long, so the lengths compared are the lengths named. Iteration 1 samples
+response exactly that long, so the lengths compared are the lengths named, and
+`reward.mask_truncated: false` keeps those cut rows in the gradient (and in the metrics, which
+cover the rows the gradient sees). Iteration 1 samples
 with v0 and trains v0 (on policy: only the engine's bf16 numerics against the fp32 trainer);
 iterations 2.. sample with the weights one update older than the trainer's. Every update logs
 what each rejecting correction would drop (`mismatch_would_reject/*`, training/rl/mismatch.py:
@@ -46,7 +48,10 @@ def main() -> None:
         overrides = [f"num_iterations={args.iterations}", "eval=null", "checkpoint_every=0",
                      f"rollout.max_off_policy_steps={k}", f"prompts_per_step={args.prompts}",
                      f"sampling={{n: {args.group}, temperature: 1.0, max_tokens: {length}, ignore_eos: true}}",
-                     "engine.max_model_len=1024"]
+                     "engine.max_model_len=1024",
+                     # every response is cut at the length: score the cut text rather than mask it, since
+                     # the mismatch metrics cover the rows the gradient sees
+                     "reward.mask_truncated=false"]
         config = resolve_config(RLConfig, "rl", "demo", None, overrides)
         start = time.perf_counter()
         summary = rl(config)
