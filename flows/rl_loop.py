@@ -18,6 +18,7 @@ from passband.training.rl.schedule import RLSchedule
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
     from passband.flows.rl_ahead import RolloutsAhead
+    from passband.flows.rl_rollouts import Rollouts
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.engines import RolloutEngine
     from passband.training.rl.trainer import RLState, RLTrainer
@@ -40,26 +41,17 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     import torch
 
     from passband.flows.rl_ahead import publish_update
-    from passband.flows.rl_rollouts import collect_rollouts
     from passband.tasks.host.memory import PhasePeaks, resident_gb
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.rollout_metrics import zero_variance_fractions
-    from passband.training.rl.staleness import off_policy_steps
     from passband.training.rl.update import rl_update
     from passband.training.weights.versions import load_version
 
     start = time.perf_counter()
     peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
     with peaks.phase("rollout"):
-        if ahead is not None:
-            rollouts = ahead.take(iteration)
-        else:
-            rollouts = collect_rollouts(config, trainer.tokenizer, engine, problems, trainer.state.consumed, iteration,
-                                        iteration_seed(config, iteration), judges)
-            rollouts.weight_version = iteration - 1  # the engine holds the weights the trainer starts from
-            # until push_weights rebuilds them, the engine's packed weights would only sit beside the trainer
-            engine.release_weights()
+        rollouts = _take_rollouts(config, trainer, engine, problems, iteration, judges, ahead)
     wait_s = time.perf_counter() - start  # ahead: only what the rollout thread had not finished during the update
     batch = rollouts.batch
     with peaks.phase("training"):
@@ -85,12 +77,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
 
         log_judge_samples(rollouts.judged, f"iter-{iteration:06d}", run_id)
     metrics |= zero_variance_fractions(batch) | rollouts.metrics
-    # the share of this batch's sampling and scoring that ran hidden behind earlier updates (0 at k = 0)
-    collect_s = rollouts.rollout_s + rollouts.scoring_s
-    overlap = 0.0 if ahead is None else max(0.0, 1.0 - wait_s / max(collect_s, 1e-9))
-    metrics |= {"rollout/weight_version": float(rollouts.weight_version),
-                "rollout/off_policy_steps": float(off_policy_steps(iteration, rollouts.weight_version)),
-                "rollout/overlap_share": overlap}
+    metrics |= _version_metrics(iteration, rollouts, wait_s, ahead is not None)
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
     metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,
@@ -98,6 +85,33 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     trainer.state.iteration, trainer.state.consumed = iteration, rollouts.consumed
     trainer.state.prompt_ids = [group.row["id"] for group in rollouts.groups]
     return metrics
+
+
+def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
+                   iteration: int, judges: dict[str, Any] | None, ahead: RolloutsAhead | None) -> Rollouts:
+    """The iteration's rollouts: from the thread ahead, or sampled now by the engine, which then
+    drops its packed weights until the sync rebuilds them (they would only sit beside the trainer)."""
+    from passband.flows.rl_rollouts import collect_rollouts
+
+    if ahead is not None:
+        return ahead.take(iteration)
+    rollouts = collect_rollouts(config, trainer.tokenizer, engine, problems, trainer.state.consumed, iteration,
+                                iteration_seed(config, iteration), judges)
+    rollouts.weight_version = iteration - 1  # the engine holds the weights the trainer starts from
+    engine.release_weights()
+    return rollouts
+
+
+def _version_metrics(iteration: int, rollouts: Rollouts, wait_s: float, ahead: bool) -> dict[str, float]:
+    """The batch's weight version, its lag, and the share of its sampling and scoring that ran
+    hidden behind earlier updates (0 in the synchronous loop)."""
+    from passband.training.rl.staleness import off_policy_steps
+
+    collect_s = rollouts.rollout_s + rollouts.scoring_s
+    overlap = max(0.0, 1.0 - wait_s / max(collect_s, 1e-9)) if ahead else 0.0
+    return {"rollout/weight_version": float(rollouts.weight_version),
+            "rollout/off_policy_steps": float(off_policy_steps(iteration, rollouts.weight_version)),
+            "rollout/overlap_share": overlap}
 
 
 def iteration_line(iteration: int, metrics: dict[str, float], tasks: list[str]) -> str:
