@@ -86,13 +86,15 @@ def _version(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     return manifest, tensors
 
 
-def _bf16_ulps(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| in units of one bf16 ulp at the larger magnitude (8 significant bits: |x| in
-    [2^(e-1), 2^e) has ulp 2^(e-8)); 0 where both are zero."""
+def _bf16_ulps(a: torch.Tensor, b: torch.Tensor, slack: float) -> float:
+    """max of (|a - b| - slack) in units of one bf16 ulp at the larger magnitude (8 significant
+    bits: |x| in [2^(e-1), 2^e) has ulp 2^(e-8)); 0 where both are zero. Two casts of fp32 values
+    `slack` apart differ by at most one ulp plus that slack: near zero, where the ulp is far below
+    the slack, the slack alone is the bound (a weight of 1e-6 has a bf16 ulp of 7.5e-9)."""
     big = torch.maximum(a.float().abs(), b.float().abs())
     _, exponent = torch.frexp(big)
     ulp = torch.ldexp(torch.ones_like(big), exponent - 8)
-    return float(((a.float() - b.float()).abs() / ulp).max())
+    return float(((a.float() - b.float()).abs() - slack).clamp(min=0).div(ulp).max())
 
 
 @pytest.mark.parametrize("algo_name", sorted(ALGOS))
@@ -158,7 +160,8 @@ def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, al
         assert {k for k, t in two_version.items() if t.dtype == torch.float32} == {"model.embed_tokens.weight"}
         head = "model.embed_tokens.weight"
         head_diff = float((two_version[head] - one_version[head]).abs().max())
-        ulps = max(_bf16_ulps(two_version[k], one_version[k]) for k in two_version if k != head)
+        # slack: the fp32 weights' own difference, bounded below (1.2e-7 measured after 3 updates)
+        ulps = max(_bf16_ulps(two_version[k], one_version[k], 1e-6) for k in two_version if k != head)
         print(f"{algo_name}: v{version} published by 2 ranks vs 1 process: head {head_diff:.3g}, body {ulps} bf16 ulps")
         assert head_diff <= 1e-5 and ulps <= 1
     # AdamW is blind to a uniform gradient scale, so the loss and the pre-clip grad norm are compared:
