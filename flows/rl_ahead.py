@@ -67,7 +67,8 @@ class RolloutsAhead:
     last_iteration: int
     """The last iteration this process runs: nothing is collected past it."""
     consumed: dict[str, int]
-    """The prompt cursor after the newest collection submitted."""
+    """The prompt cursor the first collection starts from (each later one starts from the cursor
+    its predecessor's rollouts end at)."""
     pending: dict[int, Future] = field(default_factory=dict)
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "rl-rollouts"))
 

@@ -219,9 +219,7 @@ class RLAlgoConfig(BaseModel):
 
     def correction_bounds(self) -> tuple[float, float | None]:
         """(C_high, C_low) for `importance_weights`: geo_mis has its own thresholds, the others share C."""
-        if self.correction == "geo_mis":
-            return self.geo_threshold, self.geo_threshold_low
-        return self.correction_threshold, self.correction_threshold_low
+        return self.rejection_bounds().get(self.correction, (self.correction_threshold, self.correction_threshold_low))
 
     def rejection_bounds(self) -> dict[str, tuple[float, float | None]]:
         """(C_high, C_low) of each rejecting correction as this config would set it, for the

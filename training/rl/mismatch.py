@@ -137,8 +137,8 @@ def rejection_fractions(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor
     `<mode>` the fraction of sequences (with response tokens) it zeroes whole, for token_mis the
     fraction with at least one rejected token, and `token_mis_tokens` its fraction of tokens.
     `bounds`: mode -> (C_high, C_low) as `importance_weights` takes them. Under staleness these
-    separate (docs/scaling.md: a product over hundreds of tokens leaves seq-MIS's [0, C] long
-    before a per-token or geometric-mean band is left)."""
+    are expected to separate (a product over hundreds of tokens can leave seq-MIS's [0, C] while
+    every token stays inside token-MIS's band; docs/benchmarks.md "Staleness" has what was measured)."""
     is_response = mask > 0
     has_tokens = is_response.any(dim=-1)
     num_sequences = max(int(has_tokens.sum()), 1)
