@@ -99,10 +99,8 @@ class RolloutsAhead:
 
         consumed = previous.result().consumed if previous is not None else self.consumed
         with self.engine.at(version) as engine:
-            rollouts = collect_rollouts(self.config, self.tokenizer, engine, self.problems, consumed, iteration,
-                                        seed, self.judges)
-        rollouts.weight_version = version
-        return rollouts
+            return collect_rollouts(self.config, self.tokenizer, engine, self.problems, consumed, iteration, seed,
+                                    version, self.judges)
 
     def close(self) -> None:
         """Wait for the collections still running (past an early stop or this run's last

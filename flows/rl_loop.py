@@ -95,9 +95,9 @@ def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, proble
 
     if ahead is not None:
         return ahead.take(iteration)
+    # the engine holds the weights the trainer starts from: v<iteration - 1>
     rollouts = collect_rollouts(config, trainer.tokenizer, engine, problems, trainer.state.consumed, iteration,
-                                iteration_seed(config, iteration), judges)
-    rollouts.weight_version = iteration - 1  # the engine holds the weights the trainer starts from
+                                iteration_seed(config, iteration), iteration - 1, judges)
     engine.release_weights()
     return rollouts
 

@@ -37,10 +37,10 @@ class Rollouts:
     """Verifier-status counts of every rollout sampled, rollout speed, dynamic-sampling counts."""
     rollout_s: float
     scoring_s: float
+    weight_version: int
+    """The weights version the engine sampled them with (training/rl/staleness.py)."""
     judged: list[dict[str, Any]] = field(default_factory=list)
     """One record per rollout a judge scored, every round (training/judge/; empty without judges)."""
-    weight_version: int = 0
-    """The weights version the engine sampled them with (training/rl/staleness.py)."""
 
 
 def iteration_seed(config: RLConfig, iteration: int) -> int:
@@ -80,7 +80,7 @@ def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
 
 
 def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
-                     consumed: dict[str, int], iteration: int, iteration_seed: int,
+                     consumed: dict[str, int], iteration: int, iteration_seed: int, weight_version: int,
                      judges: dict[str, Any] | None = None) -> Rollouts:
     """The iteration's scored groups from the prompt cursor `consumed` (left unchanged; the one
     after is the result's);
@@ -96,7 +96,7 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
             judges or {})
         speed = rollout_stats([g.samples for g in groups], rollout_s)["tokens_per_s"]
         return Rollouts(groups, _batch(config, groups), consumed, counts | {"rollout_tokens_per_s": speed},
-                        rollout_s, scoring_s, judged)
+                        rollout_s, scoring_s, weight_version, judged)
 
     pool: GroupPool[ScoredGroup] = GroupPool(need=config.prompts_per_step)
     counts, rollout_s, scoring_s, samples, rounds = {}, 0.0, 0.0, [], 0
@@ -112,4 +112,4 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
         samples += [g.samples for g in groups]
     kept = pool.batch(dynamic.when_short, iteration, rounds)
     metrics = counts | pool.metrics(rounds) | {"rollout_tokens_per_s": rollout_stats(samples, rollout_s)["tokens_per_s"]}
-    return Rollouts(kept, _batch(config, kept), consumed, metrics, rollout_s, scoring_s, judged)
+    return Rollouts(kept, _batch(config, kept), consumed, metrics, rollout_s, scoring_s, weight_version, judged)
