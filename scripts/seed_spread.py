@@ -36,15 +36,16 @@ def main() -> None:
                         help="extra pipeline override, as `passband run --set`")
     args = parser.parse_args()
     os.environ["PASSBAND_HOME"] = str(args.home or tempfile.mkdtemp(prefix="passband-seed-spread-"))
+    from passband.stack.local import prepare_environment
+
+    prepare_environment()  # before Prefect is imported: it reads its settings (the server's startup timeout) once
 
     from passband.flows.config import resolve_config
     from passband.flows.pipeline import PipelineConfig, pipeline
-    from passband.stack.local import prepare_environment
     from passband.training.evaluation.claims import check_claims
     from passband.training.evaluation.results import CHECKPOINTS, headline_scores
     from passband.training.evaluation.spread import seed_spread, spread_markdown
 
-    prepare_environment()
     tables, walls, claims = [], [], []
     for seed in args.seeds:
         config = resolve_config(PipelineConfig, "pipeline", args.preset, None,
