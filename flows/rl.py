@@ -178,12 +178,17 @@ def _finish(config: RLConfig, run: StageRun, state: RLState, tasks: list[str], w
     """The run's summary: `checkpoint` (final) and `best_checkpoint` (registered in MLflow), or a
     `partial` status when max_iterations_this_run stopped it before the end."""
     from passband.tasks.reporting import tracking
-    from passband.tasks.reporting.plots import entropy_ceiling_figure
+    from passband.tasks.reporting.plots import entropy_ceiling_figure, timeline_figure
+    from passband.tasks.reporting.prefect_artifacts import publish_markdown
     from passband.tasks.reporting.registry import log_model
     from passband.tasks.steps.rl import checkpoint_uri
+    from passband.training.rl.timeline import timeline_markdown
 
     if len(state.entropy_reward) >= 3:
         tracking.log_figure(entropy_ceiling_figure(state.entropy_reward), "plots/entropy_ceiling.png", run.run_id)
+    if state.timeline:  # what each role did when (the rollouts beside the update, with k >= 1)
+        tracking.log_figure(timeline_figure(state.timeline), "plots/timeline.png", run.run_id)
+        publish_markdown("# RL timeline\n\n" + timeline_markdown(state.timeline), "rl: seconds per role and phase")
     final_uri = checkpoint_uri(run.config_id, state.iteration)
     outputs = {"checkpoint": final_uri, "best_checkpoint": state.best.uri if state.best else final_uri}
     metrics = dict(state.metrics)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from passband.training.rl.staleness import behaviour_version, check_staleness, v
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.flows.rl_rollouts import Rollouts
     from passband.training.engines import RolloutEngine
+    from passband.training.rl.timeline import Span
 
 
 @dataclass
@@ -40,17 +42,32 @@ class VersionedEngine:
     version: int
     """The weights version the engine holds."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    loads: list[Span] = field(default_factory=list)
+    """The weight loads not yet taken into the run's timeline, by role."""
+    loads_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Guards `loads` alone: the trainer takes them while the rollout thread holds `lock` to sample."""
 
     @contextmanager
-    def at(self, version: int) -> Iterator[RolloutEngine]:
-        """The engine holding weights `version` (loaded if it holds another), for this block alone."""
+    def at(self, version: int, role: str = "rollouts") -> Iterator[RolloutEngine]:
+        """The engine holding weights `version` (loaded for `role` if it holds another), for this block alone."""
+        from passband.training.rl.timeline import Span
         from passband.training.weights.versions import load_version
 
         with self.lock:
             if version != self.version:
+                start = time.time()
                 load_version(self.engine, self.root, version)
+                with self.loads_lock:
+                    self.loads.append(Span(role, "weight_load", start, time.time()))
                 self.version = version
             yield self.engine
+
+    def take_loads(self, role: str = "rollouts") -> list[Span]:
+        """`role`'s weight loads since the last call, removed from `loads`."""
+        with self.loads_lock:
+            taken = [span for span in self.loads if span.role == role]
+            self.loads = [span for span in self.loads if span.role != role]
+        return taken
 
 
 @dataclass

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband co
     from passband.flows.rl_rollouts import Rollouts
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.engines import RolloutEngine
+    from passband.training.rl.timeline import Span
     from passband.training.rl.trainer import RLState, RLTrainer
 
 
@@ -40,13 +41,11 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     the next ones during the update, and the update is published for it rather than loaded."""
     import torch
 
-    from passband.flows.rl_ahead import publish_update
     from passband.tasks.host.memory import PhasePeaks, resident_gb
-    from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.rollout_metrics import zero_variance_fractions
+    from passband.training.rl.timeline import Span
     from passband.training.rl.update import rl_update
-    from passband.training.weights.versions import load_version
 
     start = time.perf_counter()
     peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
@@ -55,29 +54,25 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     wait_s = time.perf_counter() - start  # ahead: only what the rollout thread had not finished during the update
     batch = rollouts.batch
     with peaks.phase("training"):
-        train_start = time.perf_counter()
+        train_start = time.time()
         if isinstance(trainer, RanksTrainer):  # the update on the torchrun ranks; they publish the full weights
             metrics = trainer.update(batch, iteration_seed(config, iteration), iteration)
         else:
             generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
             metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
-        train_s = time.perf_counter() - train_start
+        train_end = time.time()
     with peaks.phase("weight_sync"):
-        sync_start = time.perf_counter()
-        if ahead is not None:
-            publish_update(trainer.model, config, ahead.engine.root, iteration)
-        elif isinstance(trainer, RanksTrainer):
-            load_version(engine, trainer.weights_root, iteration)
-        else:
-            push_weights(trainer.model, engine, config.engine, scratch, iteration)
-        sync_s = time.perf_counter() - sync_start
+        sync = _sync_weights(config, trainer, engine, scratch, iteration, ahead)
+    trainer.state.timeline += [*rollouts.spans, *(ahead.engine.take_loads() if ahead else []),
+                               Span("trainer", "training", train_start, train_end), sync]
+    train_s, sync_s = train_end - train_start, sync.seconds
 
     if rollouts.judged:
         from passband.tasks.steps.judge import log_judge_samples
 
         log_judge_samples(rollouts.judged, f"iter-{iteration:06d}", run_id)
     metrics |= zero_variance_fractions(batch) | rollouts.metrics
-    metrics |= _version_metrics(iteration, rollouts, wait_s, ahead is not None)
+    metrics |= _version_metrics(iteration, rollouts, metrics["vllm_kl"], wait_s, ahead is not None)
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
     metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,
@@ -85,6 +80,26 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     trainer.state.iteration, trainer.state.consumed = iteration, rollouts.consumed
     trainer.state.prompt_ids = [group.row["id"] for group in rollouts.groups]
     return metrics
+
+
+def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch: Path, iteration: int,
+                  ahead: RolloutsAhead | None) -> Span:
+    """The update's weights to the rollouts: published as a version for the thread ahead, loaded
+    from the ranks' published version, or pushed into the engine in place; the trainer's span of it."""
+    from passband.flows.rl_ahead import publish_update
+    from passband.tasks.steps.rl import push_weights
+    from passband.tasks.steps.rl_torchrun import RanksTrainer
+    from passband.training.rl.timeline import Span
+    from passband.training.weights.versions import load_version
+
+    start = time.time()
+    if ahead is not None:
+        publish_update(trainer.model, config, ahead.engine.root, iteration)
+    elif isinstance(trainer, RanksTrainer):
+        load_version(engine, trainer.weights_root, iteration)
+    else:
+        push_weights(trainer.model, engine, config.engine, scratch, iteration)
+    return Span("trainer", "weight_publish" if ahead is not None else "weight_sync", start, time.time())
 
 
 def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
@@ -102,16 +117,18 @@ def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, proble
     return rollouts
 
 
-def _version_metrics(iteration: int, rollouts: Rollouts, wait_s: float, ahead: bool) -> dict[str, float]:
-    """The batch's weight version, its lag, and the share of its sampling and scoring that ran
-    hidden behind earlier updates (0 in the synchronous loop)."""
+def _version_metrics(iteration: int, rollouts: Rollouts, vllm_kl: float, wait_s: float,
+                     ahead: bool) -> dict[str, float]:
+    """The batch's weight version, its lag, vllm_kl under the series of that lag, and the share of
+    its sampling and scoring that ran hidden behind earlier updates (0 in the synchronous loop).
+    Every row of a batch has the same version (a fixed lag), so its lag is the mean and the max."""
     from passband.training.rl.staleness import off_policy_steps
 
     collect_s = rollouts.rollout_s + rollouts.scoring_s
     overlap = max(0.0, 1.0 - wait_s / max(collect_s, 1e-9)) if ahead else 0.0
-    return {"rollout/weight_version": float(rollouts.weight_version),
-            "rollout/off_policy_steps": float(off_policy_steps(iteration, rollouts.weight_version)),
-            "rollout/overlap_share": overlap}
+    lag = off_policy_steps(iteration, rollouts.weight_version)
+    return {"rollout/weight_version": float(rollouts.weight_version), "rollout/off_policy_steps": float(lag),
+            f"vllm_kl_by_lag/{lag}": vllm_kl, "rollout/overlap_share": overlap}
 
 
 def iteration_line(iteration: int, metrics: dict[str, float], tasks: list[str]) -> str:
@@ -148,14 +165,14 @@ class Evaluator:
     def baseline(self, state: RLState) -> None:
         """`before/*` into the run's metrics, once, before the first iteration."""
         if self.schedule.should_evaluate_before(state.iteration):
-            state.metrics |= {f"before/{k}": v for k, v in self._headline("before", 0).items()}
+            state.metrics |= {f"before/{k}": v for k, v in self._headline("before", 0, state).items()}
 
     def evaluate(self, iteration: int, state: RLState) -> dict[str, float]:
         """`eval/*` (and `after/*` at the last iteration), seconds/eval; updates state.best."""
         from passband.training.rl.trainer import BestCheckpoint
 
         start = time.perf_counter()
-        headline = self._headline(f"iter-{iteration:06d}", iteration)
+        headline = self._headline(f"iter-{iteration:06d}", iteration, state)
         metrics = {f"eval/{k}": v for k, v in headline.items()}
         if self.schedule.is_last(iteration):
             metrics |= {f"after/{k}": v for k, v in headline.items()}
@@ -165,15 +182,19 @@ class Evaluator:
         metrics["seconds/eval"] = time.perf_counter() - start
         return metrics
 
-    def _headline(self, label: str, step: int) -> dict[str, float]:
+    def _headline(self, label: str, step: int, state: RLState) -> dict[str, float]:
         from passband.flows.rl_ahead import VersionedEngine
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
+        from passband.training.rl.timeline import Span
 
         # shared with the rollout thread (max_off_policy_steps >= 1): borrowed, at the weights of `step`
-        holding = self.engine.at(step) if isinstance(self.engine, VersionedEngine) else nullcontext(self.engine)
-        with holding as engine:
+        versioned = isinstance(self.engine, VersionedEngine)
+        with self.engine.at(step, "evaluator") if versioned else nullcontext(self.engine) as engine:
+            start = time.time()
             evaluation = run_evaluation(engine, self.eval_sets, self.config.eval.sampling, self.config.eval.verifiers,
                                         self.model_dir, self.config.system_prompt, self.judges)
+        state.timeline += [*(self.engine.take_loads("evaluator") if versioned else []),
+                           Span("evaluator", "eval", start, time.time())]
         headline = log_evaluation(evaluation, label, step, self.run_id)
         self.logger.info("rl eval %s: %s", label, {k: round(v, 3) for k, v in headline.items()})
         return headline

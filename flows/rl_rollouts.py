@@ -13,6 +13,7 @@ from passband.flows.rl_config import RLConfig
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.training.engines import RolloutEngine
     from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.timeline import Span
 
 
 @dataclass
@@ -35,12 +36,20 @@ class Rollouts:
     """The prompt cursor after every prompt drawn (all rounds)."""
     metrics: dict[str, float]
     """Verifier-status counts of every rollout sampled, rollout speed, dynamic-sampling counts."""
-    rollout_s: float
-    scoring_s: float
     weight_version: int
     """The weights version the engine sampled them with (training/rl/staleness.py)."""
+    spans: list[Span]
+    """When each round sampled and scored (training/rl/timeline.py; role `rollouts`)."""
     judged: list[dict[str, Any]] = field(default_factory=list)
     """One record per rollout a judge scored, every round (training/judge/; empty without judges)."""
+
+    @property
+    def rollout_s(self) -> float:
+        return _seconds(self.spans, "rollout")
+
+    @property
+    def scoring_s(self) -> float:
+        return _seconds(self.spans, "scoring")
 
 
 def iteration_seed(config: RLConfig, iteration: int) -> int:
@@ -51,9 +60,12 @@ def iteration_seed(config: RLConfig, iteration: int) -> int:
 
 def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
                   consumed: dict[str, int], num_prompts: int, seed: int,
-                  judges: dict[str, Any]) -> tuple[list[ScoredGroup], dict, dict, float, float, list[dict]]:
-    """(groups, cursor after, status counts, rollout s, scoring s, judge records) of one round of `num_prompts`."""
+                  judges: dict[str, Any]) -> tuple[list[ScoredGroup], dict, dict, list[Span], list[dict]]:
+    """(groups, cursor after, status counts, the rollout and scoring spans, judge records) of one
+    round of `num_prompts`."""
     import time
+
+    from passband.training.rl.timeline import Span
 
     from passband.tasks.steps.rl import score_rollouts
     from passband.tasks.steps.rollout import generate
@@ -65,11 +77,13 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
                                    consumed, num_prompts, config.seed)
     rows = [problems[task][index] for task, index in picks]
     prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
-    samples, rollout_s = generate(engine, prompts, config.sampling.model_copy(update={"seed": seed}))
-    scoring_start = time.perf_counter()
+    rollout_start = time.time()
+    samples, _ = generate(engine, prompts, config.sampling.model_copy(update={"seed": seed}))
+    scoring_start = time.time()
     rewards, valid, counts, judged = score_rollouts(rows, samples, config.reward.verifiers, judges)
     groups = [ScoredGroup(*parts) for parts in zip(rows, samples, rewards, valid)]
-    return groups, consumed, counts, rollout_s, time.perf_counter() - scoring_start, judged
+    spans = [Span("rollouts", "rollout", rollout_start, scoring_start), Span("rollouts", "scoring", scoring_start, time.time())]
+    return groups, consumed, counts, spans, judged
 
 
 def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
@@ -91,25 +105,30 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
 
     dynamic = config.dynamic_sampling
     if dynamic is None:
-        groups, consumed, counts, rollout_s, scoring_s, judged = _sample_round(
+        groups, consumed, counts, spans, judged = _sample_round(
             config, tokenizer, engine, problems, consumed, config.prompts_per_step, iteration_seed,
             judges or {})
-        speed = rollout_stats([g.samples for g in groups], rollout_s)["tokens_per_s"]
+        speed = rollout_stats([g.samples for g in groups], _seconds(spans, "rollout"))["tokens_per_s"]
         return Rollouts(groups, _batch(config, groups), consumed, counts | {"rollout_tokens_per_s": speed},
-                        rollout_s, scoring_s, weight_version, judged)
+                        weight_version, spans, judged)
 
     pool: GroupPool[ScoredGroup] = GroupPool(need=config.prompts_per_step)
-    counts, rollout_s, scoring_s, samples, rounds = {}, 0.0, 0.0, [], 0
+    counts, spans, samples, rounds = {}, [], [], 0
     judged: list[dict] = []
     while pool.missing > 0 and rounds < dynamic.max_rounds:
-        groups, consumed, round_counts, round_s, round_scoring_s, round_judged = _sample_round(
+        groups, consumed, round_counts, round_spans, round_judged = _sample_round(
             config, tokenizer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
             round_seed(iteration_seed, rounds), judges or {})
         judged += [record | {"round": rounds} for record in round_judged]
         pool.add_round(groups, zero_variance_flags(_batch(config, groups)))
         counts = {name: counts.get(name, 0.0) + round_counts.get(name, 0.0) for name in {*counts, *round_counts}}
-        rounds, rollout_s, scoring_s = rounds + 1, rollout_s + round_s, scoring_s + round_scoring_s
+        rounds, spans = rounds + 1, spans + round_spans
         samples += [g.samples for g in groups]
     kept = pool.batch(dynamic.when_short, iteration, rounds)
-    metrics = counts | pool.metrics(rounds) | {"rollout_tokens_per_s": rollout_stats(samples, rollout_s)["tokens_per_s"]}
-    return Rollouts(kept, _batch(config, kept), consumed, metrics, rollout_s, scoring_s, weight_version, judged)
+    speed = rollout_stats(samples, _seconds(spans, "rollout"))["tokens_per_s"]
+    metrics = counts | pool.metrics(rounds) | {"rollout_tokens_per_s": speed}
+    return Rollouts(kept, _batch(config, kept), consumed, metrics, weight_version, spans, judged)
+
+
+def _seconds(spans: list[Span], phase: str) -> float:
+    return sum(span.seconds for span in spans if span.phase == phase)

@@ -198,3 +198,19 @@ def test_rejection_fractions_by_hand():
                                        "token_mis_tokens": 2 / 9})
     on_policy = rejection_fractions(rollout, rollout, mask, bounds)
     assert on_policy == {"seq_mis": 0.0, "geo_mis": 0.0, "token_mis": 0.0, "token_mis_tokens": 0.0}
+
+
+def test_effective_sample_size_by_hand():
+    from passband.training.rl.mismatch import effective_sample_size
+
+    # sequence log-weights 0, log 2, log 2 (spread over two tokens), and a row with no response tokens:
+    # w = 1, 2, 2 -> (1 + 2 + 2)^2 / (3 * (1 + 4 + 4)) = 25 / 27
+    log_rho = torch.tensor([[0.0, 0.0], [math.log(2), 0.0], [math.log(2) / 2, math.log(2) / 2], [5.0, 5.0]])
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1], [0, 0]], dtype=torch.float32)
+    rollout = torch.full_like(log_rho, -2.0)
+    assert effective_sample_size(rollout + log_rho, rollout, mask) == pytest.approx(25 / 27, rel=1e-6)
+    assert effective_sample_size(rollout, rollout, mask) == pytest.approx(1.0)
+    # one sequence 1000 nats above the others (its product would overflow): all the weight, ESS = 1/n
+    huge = torch.tensor([[500.0, 500.0], [0.0, 0.0], [0.0, 0.0]])
+    assert effective_sample_size(huge - 1.0, torch.full_like(huge, -1.0), torch.ones(3, 2)) == pytest.approx(1 / 3)
+    assert effective_sample_size(rollout, rollout, torch.zeros_like(mask)) == 1.0

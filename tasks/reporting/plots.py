@@ -1,4 +1,5 @@
-"""Figures the flows log as PNG artifacts: pass@k curves per task, pass-rate histograms per task.
+"""Figures the flows log as PNG artifacts: pass@k curves per task, pass-rate histograms per task,
+the entropy-ceiling fit and the RL loop's timeline.
 
 Figures are built with `matplotlib.figure.Figure` directly, not pyplot: no global figure registry
 to leak from long-running workers and no GUI backend; saving renders with the Agg canvas.
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from passband.training.rl.timeline import Span
 
 SUBPLOT_WIDTH_IN = 4.0
 SUBPLOT_HEIGHT_IN = 3.2
@@ -113,4 +116,32 @@ def entropy_ceiling_figure(history: list[tuple[float, float]]) -> Figure:
     axes.set_xlabel("exp(entropy)")
     axes.set_ylabel("reward")
     axes.legend()
+    return figure
+
+
+def timeline_figure(spans: list[Span]) -> Figure:
+    """One row per role of the RL loop (training/rl/timeline.py), a bar per span coloured by its
+    phase, x = seconds since the run's first span: where rollouts ran beside the update is where
+    the rows overlap."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    if not spans:
+        raise ValueError("timeline_figure needs at least one span")
+    origin = min(span.start for span in spans)
+    roles = list(dict.fromkeys(span.role for span in spans))
+    phases = list(dict.fromkeys(span.phase for span in spans))
+    colours = {phase: f"C{index % 10}" for index, phase in enumerate(phases)}
+    figure = Figure(figsize=(10, 1.0 + 0.6 * len(roles)), layout="constrained")
+    axes = figure.add_subplot()
+    for row, role in enumerate(roles):
+        for phase in phases:
+            bars = [(s.start - origin, s.seconds) for s in spans if s.role == role and s.phase == phase]
+            if bars:
+                axes.broken_barh(bars, (row - 0.4, 0.8), color=colours[phase])
+    axes.set_yticks(range(len(roles)), roles)
+    axes.invert_yaxis()
+    axes.set_xlabel("seconds since the run started")
+    axes.legend(handles=[Patch(color=colours[p], label=p) for p in phases], fontsize="small", ncols=len(phases),
+                loc="upper center", bbox_to_anchor=(0.5, -0.35))
     return figure

@@ -119,6 +119,20 @@ def mismatch_kl(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor) -> flo
     return float((torch.exp(d) - d - 1.0).mean())
 
 
+def effective_sample_size(trainer_logp: Tensor, rollout_logp: Tensor, mask: Tensor) -> float:
+    """Kish's effective sample size of the sequence importance weights w_i = prod_t rho_t, as a
+    fraction of the sequences with response tokens: (sum_i w_i)^2 / (n sum_i w_i^2), in (0, 1];
+    1 when the engine sampled from the trainer's distribution, near 1/n when one sequence carries
+    all the weight. In log space (log-sum-exp), so long sequences' products neither overflow nor
+    vanish. An uncorrected diagnostic: it reads the raw ratios, whichever correction the update uses."""
+    has_tokens = (mask > 0).any(dim=-1)
+    if not bool(has_tokens.any()):
+        return 1.0
+    log_w = _log_ratios(trainer_logp, rollout_logp, mask).sum(dim=-1)[has_tokens].double()
+    log_ess = 2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0) - math.log(log_w.numel())
+    return float(torch.exp(log_ess))
+
+
 def response_perplexity(logp: Tensor, mask: Tensor) -> float:
     """Perplexity exp(-mean logp) of the response tokens under the model that produced `logp`."""
     is_response = mask > 0

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.timeline import Span
 
 
 @dataclass
@@ -45,6 +46,8 @@ class RLState:
     """(entropy, reward) per iteration: the history of the entropy-ceiling fit."""
     stopped_early: bool = False
     """The early-stop signal ended the run before num_iterations."""
+    timeline: list[Span] = field(default_factory=list)
+    """What each role of the loop did when, over every process of the run (training/rl/timeline.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,7 +58,8 @@ class RLState:
         return cls(iteration=data["iteration"], consumed=dict(data["consumed"]), prompt_ids=list(data["prompt_ids"]),
                    best=BestCheckpoint(**best) if best else None, metrics=dict(data["metrics"]),
                    entropy_reward=[(h, r) for h, r in data.get("entropy_reward", [])],
-                   stopped_early=data.get("stopped_early", False))
+                   stopped_early=data.get("stopped_early", False),
+                   timeline=[Span(**span) for span in data.get("timeline", [])])
 
 
 @dataclass

@@ -62,8 +62,8 @@ from passband.training.rl.covariance import clip_cov_keep_mask, kl_cov_selection
 from passband.training.rl.entropy import entropy_from_hidden
 from passband.training.rl.kl import kl_reward_penalty
 from passband.training.rl.loss import LossInputs, LossSettings, compute_loss, loss_settings
-from passband.training.rl.mismatch import (importance_weights, mismatch_kl, mismatch_stats, rejection_fractions,
-                                           response_perplexity)
+from passband.training.rl.mismatch import (effective_sample_size, importance_weights, mismatch_kl, mismatch_stats,
+                                           rejection_fractions, response_perplexity)
 from passband.training.rl.ranks import full_norm, merge_rows, own_chunks, through_root
 from passband.training.rl.rollout_metrics import rollout_metrics
 from passband.training.precision_setting import Precision
@@ -461,6 +461,7 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
     metrics.update({
         "vllm_kl": mismatch_kl(trainer_logp, engine_logp, valid_mask),
         "vllm_kl_all": mismatch_kl(trainer_logp, engine_logp, response_mask),
+        "mismatch_ess": effective_sample_size(trainer_logp, engine_logp, valid_mask),
         "trainer_ppl": response_perplexity(trainer_logp, valid_mask),
         "entropy": float((entropy * valid_mask).sum() / num_valid_tokens),
         **{f"mismatch_{name}": value for name, value in mismatch_stats(trainer_logp, engine_logp, valid_mask, correction).items()},
