@@ -65,12 +65,11 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     round of `num_prompts`."""
     import time
 
-    from passband.training.rl.timeline import Span
-
     from passband.tasks.steps.rl import score_rollouts
     from passband.tasks.steps.rollout import generate
     from passband.training.chat import render_prompt
     from passband.training.rl.prompt_cursor import draw_prompts
+    from passband.training.rl.timeline import Span
 
     weights = {task: weight for task, weight in config.weights().items() if task in problems}  # empty sets left out
     picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
@@ -131,4 +130,6 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
 
 
 def _seconds(spans: list[Span], phase: str) -> float:
-    return sum(span.seconds for span in spans if span.phase == phase)
+    from passband.training.rl.timeline import phase_seconds
+
+    return phase_seconds(spans).get(("rollouts", phase), 0.0)
