@@ -131,25 +131,28 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
     nproc = config.distributed.nproc_per_node
     if nproc > 1:
         logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", nproc)
-    with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, nproc, scratch / "ranks",
+    with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, config.distributed, scratch / "ranks",
                     config.engine) as trainer:
         yield trainer
 
 
 @contextmanager
 def _rollouts_ahead(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, list[dict]], judges: dict,
-                    scratch: Path, schedule: Any) -> Iterator[Any]:
+                    scratch: Path) -> Iterator[Any]:
     """With rollout.max_off_policy_steps >= 1, the thread that samples ahead of the trainer
-    (flows/rl_ahead.py), the start weights published as their version for it; else None."""
+    (flows/rl_ahead.py), the start weights published as their version for it and the resumed
+    checkpoint's in-flight rollouts queued; else None."""
     if not config.rollout.max_off_policy_steps:
         yield None
         return
     from passband.flows.rl_ahead import RolloutsAhead, VersionedEngine, publish_update
 
-    done, root = trainer.state.iteration, scratch / "weights"
-    publish_update(trainer.model, config, root, done)  # the engine holds them; an evaluation may reload them
-    ahead = RolloutsAhead(config, trainer.tokenizer, VersionedEngine(engine, root, done), problems, judges, done,
-                          schedule.stop_at(done), dict(trainer.state.consumed))
+    state, root = trainer.state, scratch / "weights"
+    publish_update(trainer.model, config, root, state.iteration)  # the engine holds them; an evaluation may reload them
+    ahead = RolloutsAhead(config, trainer.tokenizer, VersionedEngine(engine, root, state.iteration), problems, judges,
+                          state.iteration, config.num_iterations, dict(state.consumed))
+    ahead.resume(state.in_flight)  # what the checkpoint sampled ahead is trained on, not sampled anew
+    state.in_flight = []
     try:
         yield ahead
     finally:

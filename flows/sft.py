@@ -142,7 +142,7 @@ def _train_stage(config: SFTConfig, stage: StageConfig, refs: dict[str, str], to
     examples = stage_examples(stage, stage_refs, tokenizer, eval_prompts, run_id)
     key = sft_stage_key(stage, stage_refs, start_from, data_fingerprint(examples))
     return train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset, run_id,
-                           config.distributed.nproc_per_node)
+                           config.distributed)
 
 
 def _evaluate(model_dir: str, eval_sets: dict, config: SFTConfig, label: str, step: int,

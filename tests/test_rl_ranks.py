@@ -196,12 +196,15 @@ def test_two_ranks_match_one_process_and_resume_in_one(tmp_path, monkeypatch, al
 
 
 def test_the_flow_handle_finds_the_newest_version_the_ranks_published(tmp_path):
+    import queue
+
     from passband.tasks.steps.rl_torchrun import RanksTrainer
+    from passband.training.sft.config import DistributedConfig
     from passband.training.weights.versions import publish_state_dict
 
     # no ranks are launched: the handle only reads what rank 0 wrote under work_dir/weights
     trainer = RanksTrainer(tokenizer=None, weights_dir=tmp_path, state=None, work_dir=tmp_path / "ranks", ranks=None,
-                           nproc_per_node=2)
+                           distributed=DistributedConfig(nproc_per_node=2), lines=queue.Queue())
     assert trainer.weights_root == tmp_path / "ranks" / "weights"
     with pytest.raises(FileNotFoundError, match="published no weights"):
         trainer.published

@@ -28,6 +28,7 @@ from passband.training.engines.config import EngineConfig
 from passband.training.engines.protocol import RolloutEngine, Sample
 from passband.training.judge.judge import Judge
 from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
+from passband.training.sft.config import DistributedConfig
 from passband.training.weights.versions import load_version, publish_version
 
 CHECKPOINT_ROOT = "checkpoints/rl"
@@ -152,16 +153,16 @@ def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str
 
 
 @contextmanager
-def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None, nproc_per_node: int,
+def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None, distributed: DistributedConfig,
                work_dir: Path, engine_config: EngineConfig) -> Iterator[RLTrainer | RanksTrainer]:
-    """The in-process trainer (`open_rl_trainer`), or with nproc_per_node > 1 the torchrun ranks
-    serving it (tasks/steps/rl_torchrun.py, their files under `work_dir`; they publish each update
-    in `engine_config`'s dtype, as push_weights does), stopped at the end."""
-    if nproc_per_node == 1:
+    """The in-process trainer (`open_rl_trainer`), or with distributed.nproc_per_node > 1 the
+    torchrun ranks serving it (tasks/steps/rl_torchrun.py, their files under `work_dir`; they
+    publish each update in `engine_config`'s dtype, as push_weights does), stopped at the end."""
+    if distributed.nproc_per_node == 1:
         yield open_rl_trainer(model_dir, tasks, algo, resume_uri)
         return
     resume_dir = fetch_artifact(resume_uri) if resume_uri else None
-    with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, nproc_per_node, work_dir, engine_config) as trainer:
+    with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, distributed, work_dir, engine_config) as trainer:
         yield trainer
 
 

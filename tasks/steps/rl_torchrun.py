@@ -8,14 +8,21 @@ iteration's version under `weights_root`, in the engine's dtype, as the in-proce
 training/weights/versions.py) and asks for a checkpoint where its schedule says; rank 0 writes it in the
 one-process layout and this process commits it manifest-last, as the in-process trainer's are. A
 rank that dies ends torchrun: its stdout closes and the next answer raises with the ranks' stderr.
+A rank that hangs fails the others' next collective within `distributed.collective_timeout_s`
+(then torchrun stops them all); ranks that all hang at once are stopped by this process once an
+answer to a request is `distributed.reply_timeout_s` late, and the error names the request (the
+wait for the ranks' ready line is not bounded: loading the model may take longer than an update).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +38,7 @@ from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
 from passband.training.engines.config import EngineConfig
 from passband.training.rl.trainer import RLState
+from passband.training.sft.config import DistributedConfig
 
 
 @dataclass
@@ -43,27 +51,46 @@ class RanksTrainer:
     state: RLState
     work_dir: Path
     ranks: subprocess.Popen
-    nproc_per_node: int
+    distributed: DistributedConfig
+    lines: queue.Queue
+    """Rank 0's stdout, line by line (None at its end), filled by a reader thread so a wait can time out."""
     sent: int = 0
     """Requests written so far (the next is sent + 1)."""
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.distributed.nproc_per_node
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         self.sent += 1
         write_request(self.work_dir, self.sent, request)
-        reply = self._read()
+        reply = self._read(f"request {self.sent} ({request['kind']})")
         if reply.get("request") != self.sent:
             raise RuntimeError(f"trainer ranks answered {reply} to request {self.sent} ({request['kind']})")
         return reply
 
-    def _read(self) -> dict[str, Any]:
-        """Rank 0's next JSON line (anything else a library prints on its stdout is skipped)."""
-        for line in self.ranks.stdout:
+    def _read(self, awaited: str, bounded: bool = True) -> dict[str, Any]:
+        """Rank 0's next JSON line (anything else a library prints on its stdout is skipped), at
+        most `reply_timeout_s` from now when `bounded`."""
+        deadline = time.monotonic() + self.distributed.reply_timeout_s if bounded else None
+        while (line := self._next_line(awaited, deadline)) is not None:
             if line.startswith("{"):
                 return json.loads(line)
         self.ranks.wait()
-        stderr = (self.work_dir / "ranks.stderr").read_text()[-4000:]
         raise RuntimeError(f"torchrun --nproc_per_node {self.nproc_per_node} for the rl trainer exited with code "
-                           f"{self.ranks.returncode}; the ranks' stderr ends:\n{stderr}")
+                           f"{self.ranks.returncode} awaiting {awaited}; the ranks' stderr ends:\n{self._stderr()}")
+
+    def _next_line(self, awaited: str, deadline: float | None) -> str | None:
+        try:
+            return self.lines.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError(f"the rl trainer's {self.nproc_per_node} ranks did not answer {awaited} within "
+                               f"distributed.reply_timeout_s = {self.distributed.reply_timeout_s:g} s: every rank "
+                               f"hangs (no collective timed out); they are stopped. Their stderr ends:\n"
+                               f"{self._stderr()}") from None
+
+    def _stderr(self) -> str:
+        return (self.work_dir / "ranks.stderr").read_text()[-4000:]
 
     def update(self, batch: RolloutBatch, seed: int, version: int) -> dict[str, float]:
         """One rl_update on the ranks (Clip-Cov seeded with `seed`); its metrics. The updated full
@@ -93,16 +120,19 @@ class RanksTrainer:
 
 @contextmanager
 def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None,
-                  nproc_per_node: int, work_dir: Path, engine: EngineConfig,
+                  distributed: DistributedConfig, work_dir: Path, engine: EngineConfig,
                   keep_versions: int = 1) -> Iterator[RanksTrainer]:
-    """Launch the ranks (from `resume_dir`, a checkpoint directory, when given) and yield their
-    handle once they are ready; stop them at the end, or kill their process group on an error.
-    They publish each update in `engine`'s dtype (and fp32 head), the `keep_versions` newest kept."""
+    """Launch `distributed.nproc_per_node` ranks (from `resume_dir`, a checkpoint directory, when
+    given) and yield their handle once they are ready; stop them at the end, or kill their process
+    group on an error. They publish each update in `engine`'s dtype (and fp32 head), the
+    `keep_versions` newest kept."""
     from passband.training.checkpoint import load_checkpoint
     from passband.training.model_source import load_tokenizer
 
+    nproc_per_node = distributed.nproc_per_node
     config = RanksConfig(model=model_dir, resume_from=resume_dir, algo=algo, work_dir=work_dir,
-                         engine_dtype=engine.dtype, lm_head_fp32=engine.lm_head_fp32, keep_versions=keep_versions)
+                         engine_dtype=engine.dtype, lm_head_fp32=engine.lm_head_fp32, keep_versions=keep_versions,
+                         collective_timeout_s=distributed.collective_timeout_s)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
     env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}
@@ -114,9 +144,15 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     with open(work_dir / "ranks.stderr", "w") as stderr:
         ranks = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True,
                                  start_new_session=True)  # its own group: an error kills every rank
-    trainer = RanksTrainer(load_tokenizer(model_dir), resume_dir or model_dir, state, work_dir, ranks, nproc_per_node)
+    lines: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(ranks.stdout, lines), name="rl-ranks-stdout", daemon=True)
+    reader.start()
+    trainer = RanksTrainer(load_tokenizer(model_dir), resume_dir or model_dir, state, work_dir, ranks, distributed,
+                           lines)
     try:
-        if trainer._read() != {"ready": True}:
+        # Unbounded: loading a large model may take longer than any one update; a rank that hangs
+        # while starting fails the others' first collective, and one that dies ends torchrun.
+        if trainer._read("the ranks' ready line", bounded=False) != {"ready": True}:
             raise RuntimeError("the rl trainer ranks did not start with a ready line")
         yield trainer
         trainer._ask({"kind": "stop"})
@@ -124,4 +160,11 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     finally:
         if ranks.poll() is None:
             terminate_group(ranks.pid)
+        reader.join(timeout=30)  # the ranks are gone, so their stdout is at its end
         ranks.stdout.close()
+
+
+def _read_lines(stream: Any, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)

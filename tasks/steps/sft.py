@@ -26,7 +26,7 @@ from passband.tasks.artifacts.checkpoints import commit_checkpoint, newest_commi
 from passband.tasks.artifacts.provenance import code_version, config_hash
 from passband.tasks.artifacts.store import fetch_artifact, open_store
 from passband.tasks.reporting.progress import Progress
-from passband.training.sft.config import StageConfig
+from passband.training.sft.config import DistributedConfig, StageConfig
 from passband.training.sft.packing import SFTExample
 
 CHECKPOINT_ROOT = "checkpoints/sft"
@@ -78,12 +78,12 @@ def last_committed_step(stage_key: str, stage: StageConfig, total_steps: int) ->
 @task(name="train-sft-stage", cache_policy=NONE)
 def train_sft_stage(
     stage: StageConfig, examples: list[SFTExample], start_dir: str, start_from: str, stage_key: str,
-    resume: bool, step_offset: int, run_id: str, nproc_per_node: int = 1,
+    resume: bool, step_offset: int, run_id: str, distributed: DistributedConfig = DistributedConfig(),
 ) -> StageOutcome:
     """Train (or skip, or continue) one stage from the checkpoint in `start_dir`.
 
     Metrics go to MLflow at global step `step_offset + stage step`; tags mark the stage's steps.
-    With nproc_per_node > 1 the loop runs under torchrun (tasks/steps/sft_torchrun.py) and this process
+    With distributed.nproc_per_node > 1 the loop runs under torchrun (tasks/steps/sft_torchrun.py) and this process
     logs and commits what rank 0 reports, through the same callbacks.
     """
     from prefect.logging import get_run_logger
@@ -138,8 +138,8 @@ def train_sft_stage(
         shutil.rmtree(path)  # committed; the local copy was only scratch
 
     with scratch_dir("sft-checkpoints-") as scratch:
-        if nproc_per_node > 1:
-            torchrun_stage(stage, examples, start_dir, resume_from, nproc_per_node, scratch, on_metrics, on_checkpoint)
+        if distributed.nproc_per_node > 1:
+            torchrun_stage(stage, examples, start_dir, resume_from, distributed, scratch, on_metrics, on_checkpoint)
         else:
             model = load_causal_lm(Path(start_dir))
             loop.train_stage(model, load_tokenizer(Path(start_dir)), examples, stage, scratch,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from passband.training.sft.config import StageConfig
+from passband.training.sft.config import DistributedConfig, StageConfig
 from passband.training.sft.launch import LaunchConfig, save_examples
 from passband.training.sft.loop import CheckpointCallback, MetricsCallback
 from passband.training.sft.packing import SFTExample
@@ -31,9 +31,10 @@ RANK_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 
 
 def torchrun_stage(stage: StageConfig, examples: list[SFTExample], start_dir: str, resume_from: Path | None,
-                   nproc_per_node: int, work_dir: Path, on_metrics: MetricsCallback,
+                   distributed: DistributedConfig, work_dir: Path, on_metrics: MetricsCallback,
                    on_checkpoint: CheckpointCallback) -> None:
-    """Train the stage on `nproc_per_node` ranks, from `resume_from` when given.
+    """Train the stage on `distributed.nproc_per_node` ranks, from `resume_from` when given, each
+    collective bounded by `distributed.collective_timeout_s`.
 
     Checkpoints land in work_dir/checkpoints; `on_checkpoint(path, step)` runs in this process for
     each before the next line of rank 0's output is read.
@@ -41,7 +42,8 @@ def torchrun_stage(stage: StageConfig, examples: list[SFTExample], start_dir: st
     examples_file = work_dir / "examples.jsonl"
     save_examples(examples_file, examples)
     config = LaunchConfig(model=Path(start_dir), out_dir=work_dir / "checkpoints", resume_from=resume_from,
-                          stage=stage, examples=examples_file)
+                          stage=stage, examples=examples_file, collective_timeout_s=distributed.collective_timeout_s)
+    nproc_per_node = distributed.nproc_per_node
     config_file = work_dir / "launch.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}

@@ -39,7 +39,8 @@ from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.ranks import shard_policy, unwrap
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference
-from passband.training.sft.distributed import close_process_group, gather_full_state, load_optimizer_state, rank, world_size
+from passband.training.sft.distributed import (close_process_group, gather_full_state, load_optimizer_state,
+                                               open_process_group, rank, world_size)
 
 
 class RanksConfig(BaseModel):
@@ -63,6 +64,8 @@ class RanksConfig(BaseModel):
     """Published weight versions kept under weights/, the newest included (older ones are deleted)."""
     poll_s: float = 0.02
     """How often a rank looks for the next request."""
+    collective_timeout_s: float = Field(600.0, gt=0)
+    """Seconds one collective may wait on the other ranks (the flow's `distributed.collective_timeout_s`)."""
 
 
 def request_path(work_dir: Path, number: int) -> Path:
@@ -90,8 +93,7 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
 
-    if world_size() > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group()  # gloo on CPU, nccl on CUDA: torch's default for the device
+    open_process_group(config.collective_timeout_s)
     weights_dir = config.resume_from or config.model
     lm = load_policy(weights_dir, config.algo)
     policy = shard_policy(lm)  # the weights are loaded before sharding: each rank keeps its shard
@@ -170,6 +172,21 @@ def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any]) -> 
     raise ValueError(f"request kind {request['kind']!r}: expected update, checkpoint or stop")
 
 
+def answered(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], number: int) -> dict[str, Any]:
+    """`answer`, then a barrier (rank 0 has written what the reply names before the flow reads it).
+    A collective that fails (gloo and NCCL raise once `collective_timeout_s` passes, or when a peer
+    dies) fails this rank with an error naming it and the request: torchrun then stops the rest."""
+    try:
+        reply = answer(trainer, config, request)
+        if world_size() > 1:
+            torch.distributed.barrier()
+    except RuntimeError as error:  # torch.distributed's errors among them (DistError is one)
+        raise RuntimeError(f"rank {rank()} of {world_size()}: request {number} ({request['kind']}) failed: "
+                           f"{type(error).__name__}: {error} (a collective raises after collective_timeout_s = "
+                           f"{config.collective_timeout_s:g} s, or at once, when another rank hung or died)") from error
+    return reply
+
+
 def serve(config: RanksConfig) -> int:
     """Open the trainer and answer requests 1, 2, ... until a stop; the number answered."""
     trainer = open_rank_trainer(config)
@@ -181,9 +198,7 @@ def serve(config: RanksConfig) -> int:
         while not path.exists():
             time.sleep(config.poll_s)
         request = json.loads(path.read_text())
-        reply = answer(trainer, config, request)
-        if world_size() > 1:  # rank 0 has written what the reply names before the flow reads it
-            torch.distributed.barrier()
+        reply = answered(trainer, config, request, number)
         if rank() == 0:
             print(json.dumps({"request": number, **reply}), flush=True)
         if request["kind"] == "stop":

@@ -85,3 +85,15 @@ class DistributedConfig(BaseModel):
         "`torchrun --standalone --nproc_per_node N` (one GPU per rank on CUDA, gloo ranks on CPU). The result "
         "is the one-process result up to float summation order, so it is not part of any cache key.",
     )
+    collective_timeout_s: float = Field(
+        default=600.0, gt=0,
+        description="Seconds one collective (an all-gather, reduce-scatter or barrier) may wait on the other "
+        "ranks. A rank that hangs or dies makes the rest fail within it, with an error naming the rank and the "
+        "call, and torchrun then stops them all (torch's own default is 10 min for NCCL, 30 for gloo).",
+    )
+    reply_timeout_s: float = Field(
+        default=3600.0, gt=0,
+        description="Seconds the rl flow waits for its trainer ranks to answer one request (an update with its "
+        "weight publish, or a checkpoint) before it stops them and fails naming the request: the bound when "
+        "every rank hangs at once, which no collective notices. Larger than one update of your model takes.",
+    )

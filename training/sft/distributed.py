@@ -44,6 +44,35 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def open_process_group(collective_timeout_s: float) -> None:
+    """This rank's process group (gloo on CPU, nccl on CUDA: torch's default for the device), every
+    collective bounded by `collective_timeout_s`: a rank that hangs or dies makes the others' next
+    collective raise within it, rather than wait forever. Under torchrun the rank dies with it
+    (`die_with_torchrun`). A no-op in one process or once open."""
+    from datetime import timedelta
+
+    if "LOCAL_RANK" in os.environ:
+        die_with_torchrun()
+    if world_size() > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(timeout=timedelta(seconds=collective_timeout_s))
+
+
+def die_with_torchrun() -> None:
+    """SIGKILL this rank when torchrun, its parent, dies. torchrun starts each rank in a session of
+    its own, so killing torchrun's process group misses the ranks, and torchrun's own SIGTERM is
+    never handled by a rank that is stopped or hung: without this such a rank outlives everything,
+    holding its stdout pipe (and the flow's reader) open. Linux's PR_SET_PDEATHSIG."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # torchrun died before the prctl took hold
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def shard_for_training(loss_module: torch.nn.Module) -> torch.nn.Module:
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
 

@@ -28,12 +28,12 @@ import sys
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from passband.training.model_source import load_causal_lm, load_tokenizer
 from passband.training.sft.config import StageConfig
 from passband.training.sft.data import encode_rows, mix_stage_rows
-from passband.training.sft.distributed import close_process_group, rank
+from passband.training.sft.distributed import close_process_group, open_process_group, rank
 from passband.training.sft.loop import CheckpointCallback, MetricsCallback, TrainResult, train_stage
 from passband.training.sft.packing import SFTExample
 from passband.training.sft.sources import read_chat_rows
@@ -55,6 +55,8 @@ class LaunchConfig(BaseModel):
     examples: Path | None = None
     """Already-encoded examples to train on (JSON lines written by `save_examples`) instead of reading
     `stage.datasets`: the flow reads, mixes and decontaminates its data once and hands every rank the same."""
+    collective_timeout_s: float = Field(600.0, gt=0)
+    """Seconds one collective may wait on the other ranks (the flow's `distributed.collective_timeout_s`)."""
 
 
 def save_examples(path: Path, examples: list[SFTExample]) -> None:
@@ -97,6 +99,7 @@ def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics
     else:
         examples = local_stage_examples(config.stage, tokenizer)
     model = load_causal_lm(config.model)
+    open_process_group(config.collective_timeout_s)  # before the loop shards the model: its collectives are bounded
     return train_stage(model, tokenizer, examples, config.stage, config.out_dir,
                        resume_from=config.resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
 
