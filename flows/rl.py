@@ -62,10 +62,10 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
               ExitStack() as stack):
             engine = _open_engine(config, model_dir, problems, trainer)
             schedule, state = schedule_of(config), trainer.state
-            ahead = stack.enter_context(_rollouts_ahead(config, trainer, engine, problems, judges, scratch, schedule))
+            ahead = stack.enter_context(_rollouts_ahead(config, trainer, engine, problems, judges, scratch))
             evaluator = Evaluator(config, schedule, ahead.engine if ahead else engine, eval_sets, model_dir, run.run_id,
                                   lambda iteration: checkpoint_uri(run.config_id, iteration), logger, eval_judges)
-            checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, done_before_run=state.iteration)
+            checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, state.iteration, ahead)
             early_stop = EarlyStop(config.early_stop, logger)
 
             # 2. The loop: the recipe; each part knows when it is due.

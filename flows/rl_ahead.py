@@ -7,6 +7,12 @@ cursor the one before it left (so a batch's prompts are what the synchronous loo
 trainer publishes every update as a version (training/weights/versions.py) and does not touch
 the engine; each collection loads the version the schedule names before it samples, and the
 held-out evaluation borrows the engine through the same lock to score the newest weights.
+
+A checkpoint waits for the collections already queued (the next k iterations') and keeps them
+(`in_flight`); a rerun resumed from it trains on those and samples the ones after with the
+weights the checkpoint holds, as the uninterrupted run did, so a stop or a kill changes nothing.
+A process that stops before the run's end (`max_iterations_this_run`) still collects the k
+iterations past its last for that checkpoint.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ class RolloutsAhead:
     resumed_at: int
     """Iterations completed when this process started; the engine starts at that version."""
     last_iteration: int
-    """The last iteration this process runs: nothing is collected past it."""
+    """The run's last iteration: nothing is collected past it."""
     consumed: dict[str, int]
     """The prompt cursor the first collection starts from (each later one starts from the cursor
     its predecessor's rollouts end at)."""
@@ -101,6 +107,26 @@ class RolloutsAhead:
         rollouts = self.pending.pop(iteration).result()
         check_staleness(iteration, rollouts.weight_version, self.max_off_policy_steps)
         return rollouts
+
+    def in_flight(self) -> list[dict[str, Any]]:
+        """The collections queued for the iterations after the one last taken, waited for, as the
+        checkpoint keeps them (RLState.in_flight)."""
+        return [{"iteration": ahead, **self.pending[ahead].result().to_json()} for ahead in sorted(self.pending)]
+
+    def resume(self, in_flight: list[dict[str, Any]]) -> None:
+        """Take a checkpoint's in-flight rollouts as collected: the next iterations train on them."""
+        from passband.flows.rl_rollouts import Rollouts
+
+        iterations = [item["iteration"] for item in in_flight]
+        expected = list(range(self.resumed_at + 1, self.resumed_at + 1 + len(in_flight)))
+        if iterations != expected or len(in_flight) > self.max_off_policy_steps:
+            raise ValueError(f"the checkpoint after iteration {self.resumed_at} holds in-flight rollouts of "
+                             f"iterations {iterations}: max_off_policy_steps={self.max_off_policy_steps} resumes from "
+                             f"at most {self.max_off_policy_steps} of them, from iteration {self.resumed_at + 1} on")
+        for item in in_flight:
+            collected: Future = Future()
+            collected.set_result(Rollouts.from_json({k: v for k, v in item.items() if k != "iteration"}))
+            self.pending[item["iteration"]] = collected
 
     def _submit(self, iteration: int) -> Future:
         # the collections queue on one thread: this one starts where the one before it leaves the

@@ -210,16 +210,24 @@ class Checkpointer:
     resolved: dict[str, Any]
     done_before_run: int
     """Iterations completed when this process started (its last iteration depends on it)."""
+    ahead: RolloutsAhead | None = None
+    """The rollout thread (max_off_policy_steps >= 1): the checkpoint keeps what it has queued."""
 
     def should_save(self, iteration: int, stopped_early: bool) -> bool:
         return self.schedule.should_save(iteration, self.done_before_run, stopped_early)
 
     def save(self) -> dict[str, float]:
+        """The checkpoint; with rollouts ahead, after the queued collections finish, which it keeps
+        (the wait is time the next iteration would have waited for them anyway at k = 1)."""
         from passband.tasks.steps.rl import save_rl_checkpoint
 
         start = time.perf_counter()
+        state = self.trainer.state
+        state.in_flight = self.ahead.in_flight() if self.ahead else []
+        waited = time.perf_counter() - start
         save_rl_checkpoint(self.trainer, self.run_key, self.resolved)
-        return {"seconds/checkpoint": time.perf_counter() - start}
+        state.in_flight = []  # kept by the checkpoint alone: the thread still holds them as its futures
+        return {"seconds/checkpoint": time.perf_counter() - start, "seconds/checkpoint_rollout_wait": waited}
 
 
 @dataclass

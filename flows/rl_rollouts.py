@@ -5,7 +5,7 @@ with dynamic sampling (training/rl/dynamic_sampling.py), in rounds until the bat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from passband.flows.rl_config import RLConfig
@@ -46,6 +46,21 @@ class Rollouts:
     @property
     def rollout_s(self) -> float:
         return _seconds(self.spans, "rollout")
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything of it as JSON values (a checkpoint keeps the rollouts sampled ahead of the trainer)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Rollouts:
+        from passband.training.engines.protocol import Sample
+        from passband.training.rl.batching import RolloutBatch
+        from passband.training.rl.timeline import Span
+
+        groups = [ScoredGroup(group["row"], [Sample(**sample) for sample in group["samples"]], group["rewards"],
+                              group["valid"]) for group in data["groups"]]
+        return cls(groups, RolloutBatch(**data["batch"]), dict(data["consumed"]), dict(data["metrics"]),
+                   data["weight_version"], [Span(**span) for span in data["spans"]], list(data["judged"]))
 
     @property
     def scoring_s(self) -> float:

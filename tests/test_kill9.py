@@ -67,6 +67,10 @@ def _steps(home: Path, run_id: str, metric: str) -> list[int]:
     return sorted(m.step for m in _tracking(home).get_metric_history(run_id, metric))
 
 
+def _values(home: Path, run_id: str, metric: str) -> dict[int, float]:
+    return {m.step: m.value for m in _tracking(home).get_metric_history(run_id, metric)}
+
+
 def _max_abs_diff(uri_a: str, uri_b: str) -> float:
     a, b = (load_file(fetch_artifact(uri) / "model.safetensors") for uri in (uri_a, uri_b))
     assert a.keys() == b.keys()
@@ -200,21 +204,25 @@ def _rl_state(home: Path, key: str) -> dict:
 
 
 @pytest.mark.slow  # three `passband run rl` processes: 100 s in all on the shared 2-core box
-def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path):
+@pytest.mark.parametrize("max_off_policy_steps", [0, 1])  # 1: the rollouts in flight at the kill come from the checkpoint
+def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps):
     args = ["run", "rl", *_config_file(tmp_path / "rl.yaml", {
         "model": str(digits),
         "datasets": {"math": {"suite": None, "path": _rows_file(tmp_path / "train.jsonl", TRAIN_PROMPTS),
-                              "task": "math", "num_problems": len(TRAIN_PROMPTS)}},
+                              "task": "math", "num_problems": len(TRAIN_PROMPTS)},
+                     "code": None, "ifeval": None},  # a file's map starts from the default entries
         # 2 prompts per iteration over 8 rows: the cursor crosses two epoch boundaries in 10 iterations
         "prompts_per_step": 2, "num_iterations": RL_ITERATIONS, "seed": 7, "checkpoint_every": 1,
         "sampling": {"n": 4, "max_tokens": 4}, "engine": {"kind": "hf"},
         "algo": {"lr": 1e-2, "micro_batch_size": 3}, "eval": None,
+        "rollout": {"max_off_policy_steps": max_off_policy_steps},
     })]
     checkpoints = "checkpoints/rl/*/iter-*/manifest.json"
     full, _, full_s = run_to_end(args, tmp_path / "full", RUN_TIMEOUT_S, "uninterrupted")
 
     home = tmp_path / "killed"
-    killed = kill_after_commits(args, home, checkpoints, kill_seed(), max_delay_s=4.0, timeout_s=RUN_TIMEOUT_S,
+    # 1.5 s: ten iterations of a digit model take a few seconds, so a longer delay may outlive the run
+    killed = kill_after_commits(args, home, checkpoints, kill_seed(), max_delay_s=1.5, timeout_s=RUN_TIMEOUT_S,
                                      done_pattern="stages/rl/*/manifest.json")
     last = max(int(path.split("/")[-2].removeprefix("iter-")) for path in killed.committed)
     assert 1 <= last <= RL_ITERATIONS
@@ -242,13 +250,17 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path):
         assert resumed["consumed"] == uninterrupted["consumed"], name
     drawn = [p for uninterrupted, _ in orders.values() for p in uninterrupted["prompt_ids"]]
     assert sorted(drawn[:8]) == sorted(TRAIN_PROMPTS)  # one epoch: every prompt once before any repeats
+    # ... each with the uninterrupted run's weight version (at k = 1 the checkpoint's in-flight batch first)
+    versions = {name: _values(home_, run["mlflow_run_id"], "rollout/weight_version")
+                for name, home_, run in (("full", tmp_path / "full", full), ("rerun", home, rerun))}
+    assert versions["rerun"] == {step: versions["full"][step] for step in range(last + 1, RL_ITERATIONS + 1)}
     diff = _max_abs_diff(full["outputs"]["checkpoint"], rerun["outputs"]["checkpoint"])
     assert diff <= 1e-6
     # ... and the iterations after the resume moved the weights (AdamW state restored from the checkpoint)
     resumed_at = (home / "artifacts" / mine_keys[f"iter-{last:06d}"]).as_uri()
     moved = _max_abs_diff(resumed_at, rerun["outputs"]["checkpoint"])
     assert last == RL_ITERATIONS or moved > 0
-    _report("rl", [
+    _report(f"rl, max_off_policy_steps {max_off_policy_steps}", [
         f"killed: {killed.describe()}",
         f"rerun resumed after iteration {last}, ran iterations {last + 1}..{RL_ITERATIONS} once each; prompt ids "
         f"of iterations {last + 1}..{RL_ITERATIONS} equal the uninterrupted run's: "

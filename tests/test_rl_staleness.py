@@ -5,7 +5,9 @@
    the trainer agree to ~1e-7 whenever they hold the same weights): iterations 1 and 2 sample with
    v0, iteration 3 with v1; the mismatch the trainer measures (vllm_kl) is ~0 where the batch is on
    policy and not where it is stale, an independent check that the engine held the stale weights;
-   the prompts per iteration are the synchronous run's; two k=1 runs give the same weights.
+   the prompts per iteration are the synchronous run's; two k=1 runs give the same weights, and so
+   does a k=1 run stopped after iteration 1 and resumed (its checkpoint kept iteration 2's rollouts).
+3. The in-flight rollouts through the checkpoint's JSON and back, and the resume's checks.
 """
 
 import json
@@ -102,8 +104,62 @@ def test_one_step_off_policy_flow(harness, tmp_path, monkeypatch):
 
     monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root_b"))
     again = rl(_config(tmp_path, 1))
-    first, second = (load_file(str(fetch_artifact(s.outputs["checkpoint"]) / "model.safetensors")) for s in (ahead, again))
-    assert all(torch.equal(first[name], second[name]) for name in first)
+    assert _same_weights(ahead, again)
+
+    # Stopped after iteration 1, its checkpoint keeps iteration 2's rollouts (sampled with v0);
+    # the rerun trains on them, samples iteration 3 with v1 and ends where the uninterrupted run did.
+    monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root_c"))
+    stopped = rl(_config(tmp_path, 1, max_iterations_this_run=1))
+    assert stopped.status == "partial"
+    kept = json.loads((fetch_artifact(stopped.outputs["checkpoint"]) / "trainer_state.json").read_text())["in_flight"]
+    assert [(item["iteration"], item["weight_version"]) for item in kept] == [(2, 0)]
+    resumed = rl(_config(tmp_path, 1))
+    assert _series(resumed.mlflow_run_id, "rollout/weight_version") == [0.0, 1.0]  # iterations 2 and 3
+    assert _series(resumed.mlflow_run_id, "vllm_kl") == pytest.approx(ahead_kl[1:], rel=1e-6)
+    assert _prompt_ids(resumed) == _prompt_ids(ahead)
+    assert _same_weights(ahead, resumed)
+
+
+def _same_weights(first_run, second_run) -> bool:
+    first, second = (load_file(str(fetch_artifact(s.outputs["checkpoint"]) / "model.safetensors"))
+                     for s in (first_run, second_run))
+    return all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_in_flight_rollouts_round_trip_and_resume_checks():
+    from concurrent.futures import Future
+
+    from passband.flows.rl_ahead import RolloutsAhead
+    from passband.flows.rl_rollouts import Rollouts, ScoredGroup
+    from passband.training.engines.protocol import Sample
+    from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.timeline import Span
+
+    samples = [Sample(0, i, [5, 6][: i + 1], "1" * (i + 1), [-0.5, -1.25][: i + 1], "stop", [1, 2]) for i in range(2)]
+    batch = RolloutBatch([[1, 2]] * 2, [[5], [5, 6]], [[-0.5], [-0.5, -1.25]], [1.0, float("nan")], [True, False],
+                         ["math"] * 2, 2, [False, True], 0.7)
+    rollouts = Rollouts([ScoredGroup({"id": "p1", "task": "math"}, samples, [1.0, None], [True, False])], batch,
+                        {"math": 3}, {"rollout_tokens_per_s": 12.5}, 4, [Span("rollouts", "rollout", 1.0, 2.5)])
+    back = Rollouts.from_json(json.loads(json.dumps(rollouts.to_json())))  # as the checkpoint stores it
+    assert back.groups == rollouts.groups and back.spans == rollouts.spans and back.weight_version == 4
+    assert back.batch.response_ids == [[5], [5, 6]] and back.batch.temperature == 0.7
+    assert back.batch.rewards[0] == 1.0 and back.batch.rewards[1] != back.batch.rewards[1]  # NaN stays NaN
+    assert back.consumed == {"math": 3} and back.judged == []
+
+    def ahead(resumed_at, k):
+        return RolloutsAhead(RLConfig(rollout=RolloutConfig(max_off_policy_steps=k)), None, None, {}, {}, resumed_at,
+                             10, {"math": 0})
+
+    queued = ahead(5, 2)
+    queued.resume([{"iteration": 6, **rollouts.to_json()}, {"iteration": 7, **rollouts.to_json()}])
+    assert sorted(queued.pending) == [6, 7] and all(isinstance(f, Future) and f.done() for f in queued.pending.values())
+    assert queued.in_flight()[0]["iteration"] == 6 and queued.in_flight()[1]["weight_version"] == 4
+    with pytest.raises(ValueError, match="iterations \\[7\\]: max_off_policy_steps=2 resumes from at most 2 of them, "
+                                         "from iteration 6 on"):
+        ahead(5, 2).resume([{"iteration": 7, **rollouts.to_json()}])  # iteration 6 missing
+    with pytest.raises(ValueError, match="at most 1 of them"):
+        ahead(5, 1).resume([{"iteration": 6, **rollouts.to_json()}, {"iteration": 7, **rollouts.to_json()}])
+    queued.close()
 
 
 def test_ahead_needs_one_process():

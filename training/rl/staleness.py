@@ -6,9 +6,11 @@ v<i-1>, the weights it then trains from. With `max_off_policy_steps` k >= 1 the 
 iteration i are sampled while iteration i-1 (and, for k >= 2, earlier ones) still train, with
 v<i-1-k>: a fixed lag, as verl's one-step-off pipeline, rather than "whatever is newest", so a run
 is reproducible from its seeds however fast each side happens to be. A run resumed after
-iteration r holds v<r> only, so its next iterations sample with v<r> until the lag catches up
-(fresher than the uninterrupted run, never staler): it repeats the uninterrupted run's prompts
-exactly, and its samples from iteration r + 2 on only when k = 0.
+iteration r holds v<r> only. Its checkpoint kept the rollouts of iterations r+1..r+k, sampled
+before the stop (RLState.in_flight), and iteration r+k+1 samples with v<r> = v<(r+k+1) - 1 - k>:
+the resumed run trains on what the uninterrupted one trained on. A checkpoint without them (one
+written before they were kept) samples its next iterations with v<r> until the lag catches up:
+fresher than the uninterrupted run, never staler, with the same prompts.
 
 The trainer recomputes pi_old at its current weights before the first inner step
 (`algo.behaviour_policy: trainer`): the clipped ratio is taken against the weights being trained

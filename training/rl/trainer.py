@@ -2,7 +2,8 @@
 
 `RLState` is what a checkpoint must carry besides weights, optimizer and RNG for a resumed run
 to continue exactly where it stopped: the iteration, the prompt cursor (prompts drawn per task,
-so no prompt is replayed or skipped), the best evaluation so far and the summary metrics. It is
+so no prompt is replayed or skipped), the rollouts sampled ahead and not yet trained on, the best
+evaluation so far and the summary metrics. It is
 stored as trainer_state.json in the checkpoint directory (training/checkpoint.py).
 """
 
@@ -48,6 +49,11 @@ class RLState:
     """The early-stop signal ended the run before num_iterations."""
     timeline: list[Span] = field(default_factory=list)
     """What each role of the loop did when, over every process of the run (training/rl/timeline.py)."""
+    in_flight: list[dict[str, Any]] = field(default_factory=list)
+    """With rollout.max_off_policy_steps k >= 1, the rollouts of iterations iteration+1 ..
+    iteration+k, sampled before this checkpoint and not yet trained on ({"iteration": i} and
+    flows/rl_rollouts.Rollouts.to_json): a resumed run trains on them rather than sampling them
+    anew with newer weights, so it repeats the uninterrupted run (training/rl/staleness.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,7 +65,8 @@ class RLState:
                    best=BestCheckpoint(**best) if best else None, metrics=dict(data["metrics"]),
                    entropy_reward=[(h, r) for h, r in data.get("entropy_reward", [])],
                    stopped_early=data.get("stopped_early", False),
-                   timeline=[Span(**span) for span in data.get("timeline", [])])
+                   timeline=[Span(**span) for span in data.get("timeline", [])],
+                   in_flight=list(data.get("in_flight", [])))
 
 
 @dataclass
