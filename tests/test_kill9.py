@@ -92,7 +92,8 @@ def test_curate_killed_resamples_only_missing_shards(digits, tmp_path):
     args = ["run", "curate", *_config_file(tmp_path / "curate.yaml", {
         "model": str(digits),
         "tasks": {"math": {"source": {"suite": "math", "num_problems": 14, "difficulty": 0, "answer_format": "plain"},
-                           "eval_size": 2, "band": "[0, 1]"}},
+                           "eval_size": 2, "band": "[0, 1]"},
+                  "code": None, "ifeval": None},  # a file's map starts from the default entries
         "engine": {"kind": "hf", "dtype": "float32"},
         "pass_rate": {"sampling": {"n": 4, "max_tokens": 4}, "shard_size": 1},  # 12 shards of one problem
         "sft": {"enabled": False}, "correction": {"enabled": False}, "synthetic": {"enabled": False},
