@@ -6,7 +6,8 @@ store under the fresh PASSBAND_HOME until N artifacts matching a pattern are com
 manifests exist), waits a delay drawn from a seeded RNG, SIGKILLs the whole group and
 checks that no process of the group is left alive. It returns what was committed at that moment,
 so a test can say exactly where the run died and what its rerun must reuse. `run_to_end` runs a
-command to completion and returns its JSON summary line.
+command to completion and returns its JSON summary line. `kill_rank_after_commits` kills one
+torchrun rank of a run instead, and waits for the run to fail by itself.
 """
 
 from __future__ import annotations
@@ -141,3 +142,108 @@ def run_to_end(args: list[str], home: Path, timeout_s: float, label: str) -> tup
     summary = json.loads(lines[0])
     assert summary["status"] == "completed", summary
     return summary, result.stderr, wall_s
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid`, from /proc (torchrun's ranks sit in sessions of their own,
+    outside the run's process group, but stay its descendants)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        state, ppid = text[text.rindex(")") + 2:].split()[:2]
+        if state != "Z":
+            parents[int(stat.parent.name)] = int(ppid)
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [child for child, ppid in parents.items() if ppid == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def rank_pids(pid: int) -> dict[int, int]:
+    """{RANK: pid} of the torchrun ranks among `pid`'s descendants (their environment has RANK and
+    LOCAL_RANK, which torchrun sets)."""
+    ranks = {}
+    for child in descendants(pid):
+        try:
+            raw = Path(f"/proc/{child}/environ").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        environ = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        if "RANK" in environ and "LOCAL_RANK" in environ:
+            ranks[int(environ["RANK"])] = child
+    return ranks
+
+
+def alive(pid: int) -> bool:
+    """`pid` runs (or is stopped): neither gone nor a zombie."""
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@dataclass
+class RankKilled:
+    """Where one torchrun rank of a run was killed, and how the run ended."""
+
+    seed: int
+    rank: int
+    delay_s: float
+    seconds_after_start: float
+    seconds_to_exit: float
+    """From the rank's SIGKILL to the run's own exit."""
+    returncode: int
+    committed: dict[str, bytes]
+    stderr: str
+
+    def describe(self) -> str:
+        return (f"seed {self.seed}: rank {self.rank} killed {self.delay_s:.2f} s after the first commit, "
+                f"{self.seconds_after_start:.1f} s into the run; the run exited with {self.returncode} "
+                f"{self.seconds_to_exit:.1f} s later, with {len(self.committed)} committed")
+
+
+def kill_rank_after_commits(args: list[str], home: Path, pattern: str, seed: int, max_delay_s: float,
+                            timeout_s: float, rank: int, exit_bound_s: float) -> RankKilled:
+    """Start `passband *args` on `home`, SIGKILL torchrun rank `rank` `U(0, max_delay_s)` seconds
+    after the first manifest matching `pattern`, and wait at most `exit_bound_s` for the run to
+    end by itself; check every rank is gone then."""
+    home.mkdir(parents=True, exist_ok=True)
+    delay_s = random.Random(seed).uniform(0, max_delay_s)
+    stderr_path = home.parent / f"{home.name}.rank-killed.stderr"
+    with open(home.parent / f"{home.name}.rank-killed.stdout", "wb") as out, open(stderr_path, "wb") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen([str(BIN), *args], cwd=home.parent, env=passband_env(home), stdout=out,
+                                stderr=err, start_new_session=True)
+        ranks: dict[int, int] = {}
+        try:
+            while not committed(home, pattern):
+                assert proc.poll() is None, f"the run exited before a commit:\n{stderr_path.read_text()[-3000:]}"
+                assert time.monotonic() - started < timeout_s, f"no {pattern} after {timeout_s} s"
+                time.sleep(POLL_S)
+            time.sleep(delay_s)
+            ranks = rank_pids(proc.pid)
+            assert rank in ranks and proc.poll() is None, f"no rank {rank} to kill (ranks {ranks}): run over?"
+            os.kill(ranks[rank], signal.SIGKILL)
+            killed_at = time.monotonic()
+            proc.wait(timeout=exit_bound_s)
+            exited_after = time.monotonic() - killed_at
+            deadline = time.monotonic() + 10  # SIGKILL of a rank whose parent died lands asynchronously
+            while (survivors := [pid for pid in ranks.values() if alive(pid)]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:  # a failed assertion (or a run that does not notice) must not leave it going
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+            for pid in ranks.values():
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"ranks {survivors} outlived the run (ranks {ranks})"
+    return RankKilled(seed, rank, delay_s, killed_at - started, exited_after, proc.returncode,
+                      committed(home, pattern), stderr_path.read_text())

@@ -35,7 +35,7 @@ import yaml
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
-from killrun import committed, kill_after_commits, kill_seed, run_to_end
+from killrun import committed, kill_after_commits, kill_rank_after_commits, kill_seed, run_to_end
 from passband.tasks.artifacts.datasets import read_table
 from passband.tasks.artifacts.store import fetch_artifact
 from test_flow_pipeline import tiny_config as tiny_pipeline_config
@@ -204,10 +204,9 @@ def _rl_state(home: Path, key: str) -> dict:
     return json.loads((fetch_artifact((home / "artifacts" / key).as_uri()) / "trainer_state.json").read_text())
 
 
-@pytest.mark.slow  # three `passband run rl` processes: 100 s in all on the shared 2-core box
-@pytest.mark.parametrize("max_off_policy_steps", [0, 1])  # 1: the rollouts in flight at the kill come from the checkpoint
-def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps):
-    args = ["run", "rl", *_config_file(tmp_path / "rl.yaml", {
+def _rl_args(digits: Path, tmp_path: Path, **settings) -> list[str]:
+    """`passband run rl` on the digit model over TRAIN_PROMPTS, a checkpoint every iteration."""
+    return ["run", "rl", *_config_file(tmp_path / "rl.yaml", {
         "model": str(digits),
         "datasets": {"math": {"suite": None, "path": _rows_file(tmp_path / "train.jsonl", TRAIN_PROMPTS),
                               "task": "math", "num_problems": len(TRAIN_PROMPTS)},
@@ -215,9 +214,14 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_
         # 2 prompts per iteration over 8 rows: the cursor crosses two epoch boundaries in 10 iterations
         "prompts_per_step": 2, "num_iterations": RL_ITERATIONS, "seed": 7, "checkpoint_every": 1,
         "sampling": {"n": 4, "max_tokens": 4}, "engine": {"kind": "hf"},
-        "algo": {"lr": 1e-2, "micro_batch_size": 3}, "eval": None,
-        "rollout": {"max_off_policy_steps": max_off_policy_steps},
+        "algo": {"lr": 1e-2, "micro_batch_size": 3}, "eval": None, **settings,
     })]
+
+
+@pytest.mark.slow  # three `passband run rl` processes: 100 s in all on the shared 2-core box
+@pytest.mark.parametrize("max_off_policy_steps", [0, 1])  # 1: the rollouts in flight at the kill come from the checkpoint
+def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps):
+    args = _rl_args(digits, tmp_path, rollout={"max_off_policy_steps": max_off_policy_steps})
     checkpoints = "checkpoints/rl/*/iter-*/manifest.json"
     full, _, full_s = run_to_end(args, tmp_path / "full", RUN_TIMEOUT_S, "uninterrupted")
 
@@ -269,6 +273,47 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_
         f"max |w_rerun - w_uninterrupted| = {diff:.3g} (weights moved {moved:.3g} after the resume); "
         f"scratch the kill left: {left_behind}",
         f"wall s: uninterrupted {full_s:.1f}, killed at {killed.seconds_after_start:.1f}, rerun {rerun_s:.1f}"])
+
+
+RANK_EXIT_BOUND_S = 120.0  # torchrun notices a dead rank at once and gives the rest 30 s to exit
+
+
+@pytest.mark.slow  # three 2-rank `passband run rl` processes: 105 s on the shared 2-core box
+def test_rl_trainer_rank_killed_fails_the_run_and_the_rerun_continues(digits, tmp_path):
+    """kill -9 of one trainer rank (not the flow): the run fails by itself within a bound, naming
+    torchrun's exit and the request it awaited, no rank is left, and a rerun continues from the
+    newest checkpoint onto the uninterrupted 2-rank run's prompts and weights."""
+    args = _rl_args(digits, tmp_path, distributed={"nproc_per_node": 2})
+    checkpoints = "checkpoints/rl/*/iter-*/manifest.json"
+    full, _, full_s = run_to_end(args, tmp_path / "full", RUN_TIMEOUT_S, "uninterrupted")
+
+    home = tmp_path / "killed"
+    killed = kill_rank_after_commits(args, home, checkpoints, kill_seed(), max_delay_s=1.5, timeout_s=RUN_TIMEOUT_S,
+                                     rank=1, exit_bound_s=RANK_EXIT_BOUND_S)
+    assert killed.returncode not in (0, -9), killed.stderr[-3000:]  # it failed by itself, not by our SIGKILL
+    assert re.search(r"torchrun --nproc_per_node 2 for the rl trainer exited with code -?\d+ awaiting request \d+",
+                     killed.stderr), killed.stderr[-3000:]
+    last = max(int(path.split("/")[-2].removeprefix("iter-")) for path in killed.committed)
+    assert 1 <= last < RL_ITERATIONS
+    rerun, rerun_stderr, rerun_s = run_to_end(args, home, RUN_TIMEOUT_S, "rerun")
+
+    assert re.findall(r"rl: resuming after iteration (\d+)", rerun_stderr) == [str(last)]
+    assert _steps(home, rerun["mlflow_run_id"], "seconds/iteration") == list(range(last + 1, RL_ITERATIONS + 1))
+    full_states = {path.split("/")[-2]: _rl_state(tmp_path / "full", path.removesuffix("/manifest.json"))
+                   for path in committed(tmp_path / "full", checkpoints)}
+    mine_states = {path.split("/")[-2]: _rl_state(home, path.removesuffix("/manifest.json"))
+                   for path in committed(home, checkpoints)}
+    assert mine_states.keys() == full_states.keys() and len(full_states) == RL_ITERATIONS
+    for name, uninterrupted in full_states.items():
+        assert mine_states[name]["prompt_ids"] == uninterrupted["prompt_ids"], name
+    diff = _max_abs_diff(full["outputs"]["checkpoint"], rerun["outputs"]["checkpoint"])
+    assert diff <= 1e-6  # the same two ranks, the same order of every reduction: the same floats
+    _report("rl trainer rank", [
+        f"killed: {killed.describe()}",
+        f"rerun resumed after iteration {last}; prompt ids of every iteration equal the uninterrupted run's; "
+        f"max |w_rerun - w_uninterrupted| = {diff:.3g}",
+        f"wall s: uninterrupted {full_s:.1f}, rank killed at {killed.seconds_after_start:.1f}, run exited "
+        f"{killed.seconds_to_exit:.1f} after, rerun {rerun_s:.1f}"])
 
 
 PIPELINE_STAGES = 7  # curate, sft, recurate, rl, evaluate-base, evaluate-sft, evaluate-rl
