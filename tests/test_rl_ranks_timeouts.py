@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from killrun import alive, rank_pids
 from passband.tasks.steps.rl_torchrun import trainer_ranks
 from passband.training.engines.config import EngineConfig
 from passband.training.rl.config import RLAlgoConfig
@@ -31,34 +32,6 @@ COLLECTIVE_TIMEOUT_S = 5.0
 # torchrun gives a failed rank's peers 30 s to exit after SIGTERM before it kills them (a stopped
 # process never handles SIGTERM), and this process gives the group 15 s (terminate_group)
 BOUND_S = 90.0
-
-
-def _children(pid: int) -> list[int]:
-    """Every descendant of `pid`, from /proc."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = (entry / "stat").read_text() if (entry / "stat").exists() else ""
-            if stat:
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        kids = [child for child, ppid in parents.items() if ppid == parent]
-        found += kids
-        frontier += kids
-    return found
-
-
-def _rank_pids(torchrun_pid: int) -> dict[int, int]:
-    """{RANK: pid} of the ranks torchrun started."""
-    ranks = {}
-    for pid in _children(torchrun_pid):
-        environ = dict(item.split("=", 1) for item in
-                       (Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")) if "=" in item)
-        if "RANK" in environ and "LOCAL_RANK" in environ:
-            ranks[int(environ["RANK"])] = pid
-    return ranks
 
 
 @pytest.fixture
@@ -84,7 +57,7 @@ def test_a_hung_rank_fails_the_update_within_the_collective_timeout(model_dir, t
         with trainer_ranks(model_dir, ["math"], ALGO, None, distributed, tmp_path / "ranks", EngineConfig()) as ranks:
             metrics = ranks.update(batch, 11, 1)  # both ranks answer: the ranks work before one is stopped
             assert torch.isfinite(torch.tensor(metrics["loss"]))
-            os.kill(_rank_pids(ranks.ranks.pid)[1], signal.SIGSTOP)
+            os.kill(rank_pids(ranks.ranks.pid)[1], signal.SIGSTOP)
             start = time.monotonic()
             ranks.update(batch, 12, 2)
     waited = time.monotonic() - start
@@ -105,7 +78,7 @@ def test_ranks_that_all_hang_are_stopped_after_the_reply_timeout(model_dir, tmp_
                                            r"= 5 s") as failure:
         with trainer_ranks(model_dir, ["math"], ALGO, None, distributed, tmp_path / "ranks", EngineConfig()) as ranks:
             torchrun = ranks.ranks
-            pids = _rank_pids(torchrun.pid)
+            pids = rank_pids(torchrun.pid)
             assert sorted(pids) == [0, 1]
             for pid in pids.values():
                 os.kill(pid, signal.SIGSTOP)
@@ -113,10 +86,5 @@ def test_ranks_that_all_hang_are_stopped_after_the_reply_timeout(model_dir, tmp_
             ranks.update(batch, 11, 1)
     assert time.monotonic() - start < BOUND_S
     assert "Their stderr ends" in str(failure.value)
-    assert torchrun.poll() is not None and not any(_alive(pid) for pid in pids.values())  # the whole group is gone
+    assert torchrun.poll() is not None and not any(alive(pid) for pid in pids.values())  # the whole group is gone
 
-
-def _alive(pid: int) -> bool:
-    """`pid` runs (or is stopped): neither gone nor a zombie waiting to be reaped."""
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
