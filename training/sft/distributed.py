@@ -77,6 +77,7 @@ def shard_for_training(loss_module: torch.nn.Module) -> torch.nn.Module:
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
 
     fully_shard moves the parameters to the mesh's device (cuda:LOCAL_RANK when CUDA is present).
+    The process group is already open (`open_process_group`, with its collective timeout).
     """
     if world_size() == 1:
         return loss_module
@@ -84,8 +85,6 @@ def shard_for_training(loss_module: torch.nn.Module) -> torch.nn.Module:
 
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group()
     units = [*loss_module.lm.base_model.layers, loss_module]
     for unit in units:
         fully_shard(unit)
