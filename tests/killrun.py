@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +83,37 @@ class Killed:
                 f"{sorted(self.committed)}")
 
 
+@contextmanager
+def _running(args: list[str], home: Path, label: str) -> Iterator[tuple[subprocess.Popen, Path, float]]:
+    """`passband *args` started on `home` in its own session, its output in <home>.<label>.std*:
+    (the process, its stderr file, its start on the monotonic clock). Its group is killed at the
+    end if it still runs: a failed assertion must not leave the run going."""
+    home.mkdir(parents=True, exist_ok=True)
+    stderr_path = home.parent / f"{home.name}.{label}.stderr"
+    with open(home.parent / f"{home.name}.{label}.stdout", "wb") as out, open(stderr_path, "wb") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen([str(BIN), *args], cwd=home.parent, env=passband_env(home), stdout=out,
+                                stderr=err, start_new_session=True)
+        try:
+            yield proc, stderr_path, started
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+
+
+def _await_commits(proc: subprocess.Popen, args: list[str], home: Path, pattern: str, num_commits: int,
+                   started: float, timeout_s: float, stderr_path: Path) -> dict[str, bytes]:
+    """The manifests matching `pattern` once there are `num_commits` of them; fails if the run
+    exits first or `timeout_s` after `started` passes."""
+    while len(seen := committed(home, pattern)) < num_commits:
+        assert proc.poll() is None, (f"passband {' '.join(args)} exited ({proc.returncode}) before "
+                                     f"committing {num_commits} x {pattern}:\n{stderr_path.read_text()[-3000:]}")
+        assert time.monotonic() - started < timeout_s, f"fewer than {num_commits} x {pattern} after {timeout_s} s"
+        time.sleep(POLL_S)
+    return seen
+
+
 def kill_after_commits(args: list[str], home: Path, pattern: str, seed: int, max_delay_s: float,
                        timeout_s: float, num_commits: int = 1, done_pattern: str | None = None) -> Killed:
     """Start `passband *args` on `home`, SIGKILL its process group `U(0, max_delay_s)` seconds after
@@ -89,30 +122,14 @@ def kill_after_commits(args: list[str], home: Path, pattern: str, seed: int, max
     Fails if the run ends before the kill, or if `done_pattern` (the stage's final artifact) was
     already committed when it was killed: the kill would then test nothing.
     """
-    home.mkdir(parents=True, exist_ok=True)
     delay_s = random.Random(seed).uniform(0, max_delay_s)
-    stderr_path = home.parent / f"{home.name}.killed.stderr"
-    with open(home.parent / f"{home.name}.killed.stdout", "wb") as out, open(stderr_path, "wb") as err:
-        started = time.monotonic()
-        proc = subprocess.Popen([str(BIN), *args], cwd=home.parent, env=passband_env(home), stdout=out,
-                                stderr=err, start_new_session=True)
-        try:
-            while len(seen := committed(home, pattern)) < num_commits:
-                assert proc.poll() is None, (f"passband {' '.join(args)} exited ({proc.returncode}) before "
-                                             f"committing {num_commits} x {pattern}:\n"
-                                             f"{stderr_path.read_text()[-3000:]}")
-                assert time.monotonic() - started < timeout_s, \
-                    f"fewer than {num_commits} x {pattern} after {timeout_s} s"
-                time.sleep(POLL_S)
-            time.sleep(delay_s)
-            assert proc.poll() is None, (f"passband {' '.join(args)} finished {delay_s:.2f} s after commit "
-                                         f"{num_commits}, before the kill: lower max_delay_s or give it more work")
-            os.killpg(proc.pid, signal.SIGKILL)  # the session's id is the leader's pid
-            killed_at = time.monotonic() - started
-        finally:  # a failed assertion above must not leave the run going
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
+    with _running(args, home, "killed") as (proc, stderr_path, started):
+        seen = _await_commits(proc, args, home, pattern, num_commits, started, timeout_s, stderr_path)
+        time.sleep(delay_s)
+        assert proc.poll() is None, (f"passband {' '.join(args)} finished {delay_s:.2f} s after commit "
+                                     f"{num_commits}, before the kill: lower max_delay_s or give it more work")
+        os.killpg(proc.pid, signal.SIGKILL)  # the session's id is the leader's pid
+        killed_at = time.monotonic() - started
     assert proc.returncode == -signal.SIGKILL, f"exit status {proc.returncode}, not killed by SIGKILL"
     # SIGKILL is delivered asynchronously; every member must be gone within moments (zombies are dead
     # processes waiting for their parent, init here, to reap them).
@@ -214,19 +231,11 @@ def kill_rank_after_commits(args: list[str], home: Path, pattern: str, seed: int
     """Start `passband *args` on `home`, SIGKILL torchrun rank `rank` `U(0, max_delay_s)` seconds
     after the first manifest matching `pattern`, and wait at most `exit_bound_s` for the run to
     end by itself; check every rank is gone then."""
-    home.mkdir(parents=True, exist_ok=True)
     delay_s = random.Random(seed).uniform(0, max_delay_s)
-    stderr_path = home.parent / f"{home.name}.rank-killed.stderr"
-    with open(home.parent / f"{home.name}.rank-killed.stdout", "wb") as out, open(stderr_path, "wb") as err:
-        started = time.monotonic()
-        proc = subprocess.Popen([str(BIN), *args], cwd=home.parent, env=passband_env(home), stdout=out,
-                                stderr=err, start_new_session=True)
-        ranks: dict[int, int] = {}
+    ranks: dict[int, int] = {}
+    with _running(args, home, "rank-killed") as (proc, stderr_path, started):
         try:
-            while not committed(home, pattern):
-                assert proc.poll() is None, f"the run exited before a commit:\n{stderr_path.read_text()[-3000:]}"
-                assert time.monotonic() - started < timeout_s, f"no {pattern} after {timeout_s} s"
-                time.sleep(POLL_S)
+            _await_commits(proc, args, home, pattern, 1, started, timeout_s, stderr_path)
             time.sleep(delay_s)
             ranks = rank_pids(proc.pid)
             assert rank in ranks and proc.poll() is None, f"no rank {rank} to kill (ranks {ranks}): run over?"
@@ -237,10 +246,7 @@ def kill_rank_after_commits(args: list[str], home: Path, pattern: str, seed: int
             deadline = time.monotonic() + 10  # SIGKILL of a rank whose parent died lands asynchronously
             while (survivors := [pid for pid in ranks.values() if alive(pid)]) and time.monotonic() < deadline:
                 time.sleep(0.1)
-        finally:  # a failed assertion (or a run that does not notice) must not leave it going
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=60)
+        finally:  # ranks sit outside the run's group: a failed assertion must not leave them going
             for pid in ranks.values():
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
