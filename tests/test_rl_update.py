@@ -421,3 +421,24 @@ def test_trimming_the_heap_between_micro_batches_changes_nothing_but_the_heap(mo
     assert torch.equal(_delta(model, trimmed), _delta(model, plain))
     assert {k: v for k, v in m_trimmed.items() if k not in ("seconds", "train_tokens_per_s")} == \
         {k: v for k, v in m_plain.items() if k not in ("seconds", "train_tokens_per_s")}
+
+
+def test_checkpointed_update_leaves_the_global_generator_alone(tmp_path, monkeypatch):
+    """With rollouts sampled ahead the engine draws from torch's process-wide CPU generator on
+    another thread during the update: the update (activation checkpointing on, the default) must
+    neither read nor set that generator, or the samples depend on the timing."""
+    from passband.training.rl.trainer import load_policy
+
+    _tiny_model().save_pretrained(tmp_path)
+    config = RLAlgoConfig(precision="fp32", micro_batch_size=3)
+    assert config.activation_checkpointing
+    policy = load_policy(tmp_path, config)
+    assert policy.is_gradient_checkpointing and policy.training
+    batch = _batch(policy, [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    touched = []
+    for name in ("get_rng_state", "set_rng_state", "manual_seed", "seed"):
+        monkeypatch.setattr(torch, name, lambda *args, _name=name, **kwargs: touched.append(_name))
+    before = [p.detach().clone() for p in policy.parameters()]
+    rl_update(policy, None, torch.optim.SGD(policy.parameters(), lr=0.1), batch, config, torch.Generator().manual_seed(0))
+    assert any(not torch.equal(a, p) for a, p in zip(before, policy.parameters()))  # the update did run backward
+    assert touched == []

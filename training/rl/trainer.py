@@ -116,7 +116,12 @@ def load_policy(weights_dir: Path, algo: RLAlgoConfig) -> torch.nn.Module:
         # transformers checkpoints its decoder layers only in training mode: train() with every
         # dropout probability set to 0 is as deterministic as eval().
         _zero_dropout(model)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # With no dropout there is no randomness to replay, and torch's default (preserve_rng_state)
+        # sets the process-wide CPU generator to each layer's stashed state in backward: with rollouts
+        # sampled ahead (max_off_policy_steps >= 1) the engine draws from that generator on another
+        # thread at the same moment, so its samples came out different from run to run.
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False, "preserve_rng_state": False})
         model.train()
     return model
 

@@ -59,7 +59,10 @@ def logprobs_of_tokens(
     for start in range(0, hidden.shape[0], chunk_size):
         args = (hidden[start : start + chunk_size], weight, safe_targets[start : start + chunk_size])
         if recompute:
-            pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+            # A log-softmax draws nothing at random: preserve_rng_state would only stash and, in
+            # backward, set the process-wide CPU generator, which an engine sampling on another
+            # thread (RL's rollouts ahead) draws from at that moment.
+            pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False, preserve_rng_state=False))
         else:
             pieces.append(_chunk_logprobs(*args))
     logprobs = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
