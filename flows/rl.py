@@ -160,10 +160,16 @@ def _rollouts_ahead(config: RLConfig, trainer: Any, engine: Any, problems: dict[
 
 
 def _open_engine(config: RLConfig, model_dir: str, problems: dict[str, list[dict]], trainer: Any) -> Any:
-    """The rollout engine on the trainer's first weights."""
+    """The rollout engine on the trainer's first weights: the flow's own, or the task workers'."""
     from passband.tasks.steps.rollout import open_engine
 
-    return open_engine(_engine_config(config, problems, model_dir, trainer.tokenizer), trainer.weights_dir)
+    engine_config = _engine_config(config, problems, model_dir, trainer.tokenizer)
+    if config.rollout.workers == "task_workers":
+        from passband.tasks.sampling.rollout_workers import WorkerEngine
+
+        return WorkerEngine(config.model, engine_config, Path(trainer.weights_dir), config.rollout,
+                            config.rollout.shards_per_call)
+    return open_engine(engine_config, trainer.weights_dir)
 
 
 def _record(state: RLState, metrics: dict[str, float], iteration: int, run_id: str) -> None:

@@ -108,3 +108,32 @@ def test_keeper_swaps_within_an_architecture_and_reopens_across(tmp_path: Path) 
     fresh = open_engine(engine, tmp_path / "b")
     assert swapped_b == texts(fresh.generate(prompts, sampling)) != on_a
     fresh.close()
+
+
+def test_keeper_swaps_in_a_weights_version_of_its_model(tmp_path: Path) -> None:
+    """A task worker's rollout job names the model (architecture, tokenizer) and an RL weights
+    version of it: the kept engine loads the version in place, once, and the model's own weights
+    again when a job names none."""
+    from passband.training.weights.versions import publish_version
+    from test_flow_rl import _digit_model
+
+    _digit_model(tmp_path / "digits")
+    base = load_causal_lm(tmp_path / "digits")
+    moved = load_causal_lm(tmp_path / "digits")
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.add_(0.25)
+    version = publish_version(moved, tmp_path / "weights", 1, "float32", lm_head_fp32=False)
+    config = EngineConfig(kind="hf", dtype="float32")
+
+    def held(engine) -> dict[str, torch.Tensor]:
+        return {name: tensor.clone() for name, tensor in engine.model.state_dict().items()}
+
+    keeper = EngineKeeper()
+    with keeper.scope():
+        engine = keeper.engine(config, tmp_path / "digits", version)
+        assert (keeper.num_starts, keeper.num_swaps) == (1, 1)
+        assert all(torch.equal(tensor, moved.state_dict()[name]) for name, tensor in held(engine).items())
+        assert keeper.engine(config, tmp_path / "digits", version) is engine and keeper.num_swaps == 1
+        assert keeper.engine(config, tmp_path / "digits") is engine and keeper.num_swaps == 2
+        assert all(torch.equal(tensor, base.state_dict()[name]) for name, tensor in held(engine).items())

@@ -362,5 +362,5 @@ def test_up_postgres_refuses_the_local_stacks_workers(tmp_path, monkeypatch) -> 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
     result = CliRunner().invoke(main, ["up", "--stack", "postgres", "--worker"])
     assert result.exit_code == 2
-    assert "--worker and --task-workers start workers for the local stack only" in result.output
+    assert "--worker, --task-workers and --rollout-workers start workers for the local stack only" in result.output
     assert not (tmp_path / "home" / "stack").exists()  # refused before anything started

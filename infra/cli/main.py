@@ -181,11 +181,15 @@ def runs(limit: int, as_json: bool) -> None:
 @click.option("--worker", is_flag=True, help="Also start a Prefect worker on the local process pool.")
 @click.option("--task-workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="Also start N Prefect task workers for sampling.workers=task_workers (a GPU or a core share each).")
+@click.option("--rollout-workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Start N task workers for RL's rollout.workers=task_workers (the same workers: each serves "
+                   "every shard job, so N are added to --task-workers).")
 @click.option("--stack", type=click.Choice(["local", "postgres"]), default="local", show_default=True,
               help="postgres: infra/docker-compose.yaml's stack from source, without Docker (PostgreSQL, Prefect,"
                    " MLflow, moto's S3 server for MinIO) under PASSBAND_HOME/stack; prints the settings to export.")
-def up(worker: bool, task_workers: int, stack: str) -> None:
+def up(worker: bool, task_workers: int, rollout_workers: int, stack: str) -> None:
     """Start the local Prefect server and MLflow UI in the background; print their URLs."""
+    task_workers += rollout_workers
     if stack == "postgres":
         _up_postgres_stack(worker or bool(task_workers))
         return
@@ -198,7 +202,7 @@ def up(worker: bool, task_workers: int, stack: str) -> None:
         from passband.stack.task_workers import start_task_workers
 
         for name in start_task_workers(task_workers, f"{urls['prefect']}/api"):
-            click.echo(f"{name}: serving sample-shard-job")
+            click.echo(f"{name}: serving sample-shard-job, evaluate-shard-job and rollout-shard-job")
 
 
 @main.command()
@@ -222,7 +226,7 @@ def _up_postgres_stack(with_workers: bool) -> None:
     from passband.tasks.host.settings import StackSettings
 
     if with_workers:
-        raise click.UsageError("--worker and --task-workers start workers for the local stack only")
+        raise click.UsageError("--worker, --task-workers and --rollout-workers start workers for the local stack only")
     stack = open_home_stack(StackSettings.from_env().home)
     stack.start()
     for service in ("prefect", "mlflow", "s3"):

@@ -57,13 +57,14 @@ def _model_dir(model_ref: str) -> str:
     return resolve_model(model_ref)
 
 
-def kept_engine(model_ref: str, config: EngineConfig) -> tuple[RolloutEngine, Any]:
-    """The worker's engine holding `model_ref`'s weights, and its tokenizer: the engine comes from
-    the process's keeper (training/engines/keeper.py), so it stays open across jobs and a job on
-    another checkpoint of the same architecture only swaps weights in. The worker holds the
-    keeper's scope for its lifetime (tasks/sampling/worker.py)."""
+def kept_engine(model_ref: str, config: EngineConfig, weights_dir: str | None = None) -> tuple[RolloutEngine, Any]:
+    """The worker's engine holding `model_ref`'s weights (or `weights_dir`'s: an RL weights version
+    of that model), and its tokenizer: the engine comes from the process's keeper
+    (training/engines/keeper.py), so it stays open across jobs and a job on another checkpoint of
+    the same architecture only swaps weights in. The worker holds the keeper's scope for its
+    lifetime (tasks/sampling/worker.py)."""
     from passband.training.engines.keeper import ENGINES
     from passband.training.model_source import load_tokenizer
 
     model_dir = _model_dir(model_ref)
-    return ENGINES.engine(config, model_dir), load_tokenizer(Path(model_dir))
+    return ENGINES.engine(config, model_dir, weights_dir), load_tokenizer(Path(model_dir))

@@ -1,4 +1,4 @@
-"""A Prefect task worker that serves pass-rate and eval shards: `python -m passband.tasks.sampling.worker`.
+"""A Prefect task worker that serves pass-rate, eval and RL rollout shards: `python -m passband.tasks.sampling.worker`.
 
 It connects to the Prefect server at PREFECT_API_URL (task workers do not work with the ephemeral
 API) and runs one shard at a time, keeping its engine open between shards (the engine keeper's
@@ -24,12 +24,14 @@ def main() -> None:
 
     from passband.tasks.sampling.eval_job import evaluate_shard_job
     from passband.tasks.sampling.passrate_job import sample_shard_job
+    from passband.tasks.sampling.rollout_job import rollout_shard_job
     from passband.training.engines.keeper import ENGINES
 
     # one shard at a time: the worker's one engine serves one generate call at a time
     port = os.environ.get("PASSBAND_WORKER_STATUS_PORT")  # Prefect's /status page, for health checks
     with ENGINES.scope():
-        serve(sample_shard_job, evaluate_shard_job, limit=1, status_server_port=int(port) if port else None)
+        serve(sample_shard_job, evaluate_shard_job, rollout_shard_job, limit=1,
+              status_server_port=int(port) if port else None)
 
 
 if __name__ == "__main__":

@@ -88,20 +88,23 @@ class EngineKeeper:
             if self._depth == 0:
                 self.close()
 
-    def engine(self, config: EngineConfig, model_dir: str | Path) -> RolloutEngine:
-        """A live engine holding `model_dir`'s weights: the kept one (weights swapped in when they
-        differ) if its key matches, else a newly opened one (closing the kept one first)."""
+    def engine(self, config: EngineConfig, model_dir: str | Path, weights_dir: str | Path | None = None) -> RolloutEngine:
+        """A live engine holding `model_dir`'s weights, or `weights_dir`'s when given (a folder of
+        safetensors of the same architecture: an RL weights version, training/weights/versions.py):
+        the kept one (weights swapped in when they differ) if its key matches, else a newly opened
+        one (closing the kept one first)."""
         if self._depth == 0:
             raise RuntimeError("EngineKeeper.engine needs an open scope: `with ENGINES.scope(): ...`")
         model_dir = Path(model_dir)
-        key, weights = engine_key(config, model_dir), weights_fingerprint(model_dir)
+        source = Path(weights_dir) if weights_dir is not None else model_dir
+        key, weights = engine_key(config, model_dir), weights_fingerprint(source)
         if self._live is not None and self._live.key != key:
             self.close()
         if self._live is None:
-            self._live = _Live(key, weights, open_engine(config, model_dir))
+            self._live = _Live(key, weights_fingerprint(model_dir), open_engine(config, model_dir))
             self.num_starts += 1
-        elif self._live.weights != weights:
-            self._live.engine.load_weights(model_dir)
+        if self._live.weights != weights:
+            self._live.engine.load_weights(source)
             self._live.weights = weights
             self.num_swaps += 1
         return self._live.engine

@@ -1,0 +1,119 @@
+"""RL's rollouts on Prefect task workers (`rollout.workers: task_workers`): the rollout engine
+protocol (training/engines/protocol.py) served by long-lived workers that keep their engine.
+
+The RL flow holds a `WorkerEngine` where it would hold its own engine, so everything that samples
+through the engine (the iteration's rollouts, dynamic sampling's rounds, the held-out evaluation,
+the rollouts ahead of the trainer) samples on the workers unchanged. Its weights are a version
+folder the trainer published (training/weights/versions.py): `load_weights` only records which,
+and every job names it, so a worker loads a version in place (its engine keeper swaps weights) the
+first time a job asks for it. A call is split into `shards_per_call` contiguous shards, one job
+each (tasks/sampling/rollout_job.py), run by tasks/sampling/dispatch.py: a lost worker's shards are
+submitted again, and a shard committed twice is sampled once.
+
+Seeds: one shard is the one call the flow's own engine would make (the same `prompt_keys`, so the
+same samples bit for bit on one machine). Split into several, each prompt is seeded by its index in
+the whole call, which is exactly what vLLM does in one call (training/engines/seeds.py); the
+transformers engine then seeds per prompt rather than once per call, equally reproducible but
+another stream.
+
+The flow and the workers must see the same artifact root and the folder the versions are
+published in (the flow's scratch, under PASSBAND_HOME): one machine, or a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from passband.tasks.reporting.logs import run_logger
+from passband.tasks.sampling.dispatch import SamplingWorkersConfig, run_on_task_workers
+from passband.tasks.sampling.rollout_job import (ROLLOUT_SHARD_PREFIX, RolloutShardJob, load_rollout_shard,
+                                                 rollout_shard_job)
+from passband.training.engines import EngineConfig, Sample, SamplingConfig
+
+
+def shard_bounds(num_prompts: int, num_shards: int) -> list[tuple[int, int]]:
+    """[start, end) of at most `num_shards` contiguous, non-empty shards of `num_prompts` prompts,
+    sizes differing by at most one (the first ones larger)."""
+    num_shards = max(1, min(num_shards, num_prompts))
+    size, extra = divmod(num_prompts, num_shards)
+    bounds, start = [], 0
+    for index in range(num_shards):
+        end = start + size + (index < extra)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+class WorkerEngine:
+    """RolloutEngine whose generate calls run on Prefect task workers, at the weights it was last
+    told to hold."""
+
+    name = "task_workers"
+
+    def __init__(self, model_ref: str, config: EngineConfig, weights_dir: Path | None, workers: SamplingWorkersConfig,
+                 shards_per_call: int) -> None:
+        self.model_ref = model_ref
+        """The model as the flow names it: the workers' engine architecture and tokenizer."""
+        self.config = config
+        self.weights_dir = weights_dir
+        """The weights the next calls sample with (None: model_ref's own)."""
+        self.workers = workers
+        self.shards_per_call = shards_per_call
+        self.num_jobs = 0
+        """Shard jobs submitted by this engine (tests and logs read it)."""
+
+    def generate(self, prompts: list[str], sampling: SamplingConfig,
+                 prompt_keys: list[str] | None = None) -> list[list[Sample]]:
+        bounds = shard_bounds(len(prompts), self.shards_per_call)
+        if prompt_keys is None and len(bounds) > 1:  # the call's own seeds: each prompt's index in it
+            prompt_keys = [str(index) for index in range(len(prompts))]
+        jobs = [self._job(prompts[start:end], None if prompt_keys is None else prompt_keys[start:end], sampling)
+                for start, end in bounds]
+        self.num_jobs += len(jobs)
+        run_logger().info("rollouts: %d prompts in %d shards on task workers", len(prompts), len(jobs))
+        run_on_task_workers(jobs, self.workers, rollout_shard_job)
+        groups = [group for job in jobs for group in load_rollout_shard(job.key)]
+        return [[_at(sample, index) for sample in group] for index, group in enumerate(groups)]
+
+    def _job(self, prompts: list[str], prompt_keys: list[str] | None, sampling: SamplingConfig) -> RolloutShardJob:
+        from passband.training.engines.keeper import weights_fingerprint
+        from passband.training.weights.versions import MANIFEST
+
+        weights = None if self.weights_dir is None else str(self.weights_dir)
+        version = None
+        if self.weights_dir is not None and (self.weights_dir / MANIFEST).is_file():
+            version = json.loads((self.weights_dir / MANIFEST).read_text())["version"]
+        # the key names the weights by their files' paths, sizes and mtimes: a version republished
+        # by a resumed run is another shard, a shard resubmitted after a lost worker the same one
+        content = {"prompts": prompts, "prompt_keys": prompt_keys, "model": self.model_ref,
+                   "weights": weights_fingerprint(self.weights_dir) if self.weights_dir else None,
+                   "engine": self.config.model_dump(mode="json"), "sampling": sampling.model_dump(mode="json")}
+        digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+        return RolloutShardJob(key=ROLLOUT_SHARD_PREFIX + digest, prompts=prompts, prompt_keys=prompt_keys,
+                               model_ref=self.model_ref, weights_dir=weights, weight_version=version,
+                               engine=self.config, sampling=sampling)
+
+    def load_weights(self, checkpoint_dir: Path) -> None:
+        """Sample the next calls with `checkpoint_dir`'s weights (each worker loads them on its next job)."""
+        self.weights_dir = Path(checkpoint_dir)
+
+    def release_weights(self) -> None:
+        """Nothing is held in this process."""
+
+    def sleep(self) -> None:
+        """The workers' engines are not beside the trainer."""
+
+    def wake(self) -> None:
+        """See sleep."""
+
+    def close(self) -> None:
+        """The workers keep their engines for the next run (`passband down` stops them)."""
+
+
+def _at(sample: Sample, prompt_index: int) -> Sample:
+    """`sample` renumbered to its prompt's index in the whole call (a shard numbers from 0)."""
+    from dataclasses import replace
+
+    return replace(sample, prompt_index=prompt_index)

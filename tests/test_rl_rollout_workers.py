@@ -1,0 +1,121 @@
+"""RL's rollouts on Prefect task workers (rollout.workers = task_workers, issue 29 item 2;
+tasks/sampling/rollout_workers.py), on the tiny digit model with the fp32 transformers engine.
+
+1. Shard bounds by hand.
+2. One real task worker (its own process, its engine kept across jobs) against a real Prefect
+   server: at k=0 and one shard per call the run gives the in-process run's rewards per iteration,
+   prompt ids, held-out scores and final weights bit for bit; every sampling call of the run
+   (3 iterations' rollouts and 4 evaluations) was a committed rollout shard, each naming the
+   weights version it was sampled with, and ran under the worker's name.
+3. k=1 on the worker: the batches' versions are [0, 0, 1] and the weights are the in-process k=1
+   run's, so the rollouts ahead and the evaluator's borrowed engine also work across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from prefect.testing.utilities import prefect_test_harness
+from safetensors.torch import load_file
+
+from passband.flows.rl import rl
+from passband.flows.rl_config import RolloutConfig
+from passband.stack.local import stop_services
+from passband.stack.task_workers import start_task_workers
+from passband.tasks.sampling.rollout_workers import shard_bounds
+from test_flow_rl import _state, _weights, digit_task
+from test_rl_staleness import _config
+
+
+def test_shard_bounds_by_hand():
+    assert shard_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert shard_bounds(6, 3) == [(0, 2), (2, 4), (4, 6)]
+    assert shard_bounds(2, 4) == [(0, 1), (1, 2)]  # never an empty shard
+    assert shard_bounds(5, 1) == [(0, 5)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A real Prefect server (task workers cannot use the ephemeral API) and one Prefect storage
+    folder for the flow and the worker (deferred runs' parameters)."""
+    storage = tmp_path_factory.mktemp("prefect-storage")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREFECT_LOCAL_STORAGE_PATH", str(storage))
+        with prefect_test_harness(server_startup_timeout=300):
+            import prefect.settings
+
+            yield prefect.settings.PREFECT_API_URL.value()
+
+
+def _series(run_id, name):
+    return [m.value for m in sorted(MlflowClient().get_metric_history(run_id, name), key=lambda m: m.step)]
+
+
+def _on_workers(k):
+    return RolloutConfig(max_off_policy_steps=k, workers="task_workers", poll_s=0.1, connect_timeout_s=120)
+
+
+def _rollout_shards(home):
+    """The committed rollout shards under `home`: their manifests' producing configs."""
+    shards = []
+    for manifest_path in sorted((home / "artifacts" / "rollout-shards").glob("*/manifest.json")):
+        shards.append(json.loads(manifest_path.read_text())["config"])
+    return shards
+
+
+def _task_runs(prefix, after):
+    from datetime import datetime, timezone
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName, TaskRunFilterStartTime
+
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(task_run_filter=TaskRunFilter(
+            name=TaskRunFilterName(like_=prefix),
+            start_time=TaskRunFilterStartTime(after_=datetime.fromtimestamp(after, timezone.utc))))
+
+
+def test_rollouts_on_a_task_worker_match_the_in_process_run(server, tmp_path, monkeypatch):
+    digit_task(tmp_path, monkeypatch, "test-rl-rollout-workers")
+    local = rl(_config(tmp_path, 0))
+    local_ahead = rl(_config(tmp_path, 1))
+    started = time.time()
+    (name,) = start_task_workers(1, server)
+    try:
+        remote = rl(_config(tmp_path, 0).model_copy(update={"rollout": _on_workers(0)}))
+        shards_k0 = _rollout_shards(tmp_path / "home")
+        remote_ahead = rl(_config(tmp_path, 1).model_copy(update={"rollout": _on_workers(1)}))
+    finally:
+        stop_services()
+    assert remote.status == remote_ahead.status == "completed"
+
+    # k=0: the in-process run's numbers, bit for bit
+    for metric in ("math/reward", "vllm_kl", "eval/math/pass_at_1", "rollout/weight_version"):
+        assert _series(remote.mlflow_run_id, metric) == _series(local.mlflow_run_id, metric), metric
+    iterations = [remote.outputs["checkpoint"].replace("iter-000003", f"iter-{i:06d}") for i in (1, 2, 3)]
+    local_iterations = [local.outputs["checkpoint"].replace("iter-000003", f"iter-{i:06d}") for i in (1, 2, 3)]
+    assert [_state(uri)["prompt_ids"] for uri in iterations] == [_state(uri)["prompt_ids"] for uri in local_iterations]
+    final, local_final = _weights(remote.outputs["checkpoint"]), _weights(local.outputs["checkpoint"])
+    assert all(torch.equal(final[n], local_final[n]) for n in final)
+    start = load_file(str(tmp_path / "digits" / "model.safetensors"))
+    assert any(not torch.equal(final[n], start[n]) for n in final)
+    assert min(_series(remote.mlflow_run_id, "zero_variance_group_frac")) < 1.0  # the updates had signal
+
+    # every sampling call ran on the worker, with the weights it names: the evaluation before
+    # training and iteration 1's rollouts on the model's own weights (no version), then each
+    # published version twice (the evaluation after its update, the next iteration's rollouts)
+    assert sorted(-1 if shard["weight_version"] is None else shard["weight_version"] for shard in shards_k0) == \
+        [-1, -1, 1, 1, 2, 2, 3]
+    runs = [run for run in _task_runs("shard ", started) if run.state.is_completed()]
+    assert runs and all(f" on {name} [" in run.name for run in runs)
+
+    # k=1 on the worker: one update stale, and the in-process k=1 run's weights
+    assert _series(remote_ahead.mlflow_run_id, "rollout/weight_version") == [0.0, 0.0, 1.0]
+    assert _series(remote_ahead.mlflow_run_id, "vllm_kl") == _series(local_ahead.mlflow_run_id, "vllm_kl")
+    ahead_final, local_ahead_final = _weights(remote_ahead.outputs["checkpoint"]), _weights(local_ahead.outputs["checkpoint"])
+    assert all(torch.equal(ahead_final[n], local_ahead_final[n]) for n in ahead_final)
+    assert any(not torch.equal(ahead_final[n], final[n]) for n in final)  # k=1 is another run than k=0
