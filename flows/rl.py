@@ -123,6 +123,7 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
     """The trainer, resumed from this config's newest checkpoint when `resume`: in this process, or
     the torchrun ranks serving it (their files under `scratch`), stopped when the block ends."""
     from passband.tasks.steps.rl import checkpoint_uri, last_checkpoint_iteration, rl_trainer
+    from passband.training.rl.staleness import versions_to_keep
 
     last = last_checkpoint_iteration(run_key, config.num_iterations) if config.resume else None
     resume_uri = checkpoint_uri(run_key, last) if last else None
@@ -131,8 +132,9 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
     nproc = config.distributed.nproc_per_node
     if nproc > 1:
         logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", nproc)
+    keep = versions_to_keep(config.rollout.max_off_policy_steps)  # the rollouts ahead read k + 1 versions
     with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, config.distributed, scratch / "ranks",
-                    config.engine) as trainer:
+                    config.engine, keep) as trainer:
         yield trainer
 
 
@@ -140,15 +142,23 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
 def _rollouts_ahead(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, list[dict]], judges: dict,
                     scratch: Path) -> Iterator[Any]:
     """With rollout.max_off_policy_steps >= 1, the thread that samples ahead of the trainer
-    (flows/rl_ahead.py), the start weights published as their version for it and the resumed
-    checkpoint's in-flight rollouts queued; else None."""
+    (flows/rl_ahead.py), the start weights published as their version for it (by the torchrun
+    ranks, under their root, when they train) and the resumed checkpoint's in-flight rollouts
+    queued; else None."""
     if not config.rollout.max_off_policy_steps:
         yield None
         return
     from passband.flows.rl_ahead import RolloutsAhead, VersionedEngine, publish_update
+    from passband.tasks.steps.rl_torchrun import RanksTrainer
 
-    state, root = trainer.state, scratch / "weights"
-    publish_update(trainer.model, config, root, state.iteration)  # the engine holds them; an evaluation may reload them
+    # the engine holds the start weights; an evaluation may load them again after a newer version
+    state = trainer.state
+    if isinstance(trainer, RanksTrainer):
+        root = trainer.weights_root
+        trainer.publish(state.iteration)
+    else:
+        root = scratch / "weights"
+        publish_update(trainer.model, config, root, state.iteration)
     ahead = RolloutsAhead(config, trainer.tokenizer, VersionedEngine(engine, root, state.iteration), problems, judges,
                           state.iteration, config.num_iterations, dict(state.consumed))
     ahead.resume(state.in_flight)  # what the checkpoint sampled ahead is trained on, not sampled anew
@@ -168,7 +178,7 @@ def _open_engine(config: RLConfig, model_dir: str, problems: dict[str, list[dict
         from passband.tasks.sampling.rollout_workers import WorkerEngine
 
         return WorkerEngine(config.model, engine_config, Path(trainer.weights_dir), config.rollout,
-                            config.rollout.shards_per_call)
+                            config.rollout.shards_per_call, config.rollout.weights_through_store)
     return open_engine(engine_config, trainer.weights_dir)
 
 

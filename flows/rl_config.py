@@ -69,6 +69,10 @@ class RolloutConfig(SamplingWorkersConfig):
     shards_per_call: int = Field(1, ge=1)
     """Jobs each sampling call is split into on task workers, contiguous runs of its prompts (set it
     to the number of workers). With more than one, each prompt is seeded by its index in the call."""
+    weights_through_store: bool = False
+    """Task workers on other machines: commit each weights version they sample with to the artifact
+    store (PASSBAND_ARTIFACT_ROOT, e.g. s3://) and send them its URI; false: send the version's
+    folder (one machine, or a filesystem the workers share)."""
 
     max_off_policy_steps: int = Field(0, ge=0)
     """k: sample iteration i's rollouts with the weights of k updates ago (v<i-1-k>), on a thread
@@ -165,9 +169,6 @@ class RLConfig(Config):
                             "reward.verifiers")
         if self.eval is not None:
             self._check_best_metric(self.eval)
-        if self.rollout.max_off_policy_steps and self.distributed.nproc_per_node > 1:
-            raise ValueError("rollout.max_off_policy_steps >= 1 runs the update beside the rollouts in this process: "
-                             "it needs distributed.nproc_per_node 1 (the torchrun ranks' versions are not read yet)")
         return self
 
     def _check_best_metric(self, evaluation: EvalConfig) -> None:

@@ -84,8 +84,9 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
 
 def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch: Path, iteration: int,
                   ahead: RolloutsAhead | None) -> Span:
-    """The update's weights to the rollouts: published as a version for the thread ahead, loaded
-    from the ranks' published version, or pushed into the engine in place; the trainer's span of it."""
+    """The update's weights to the rollouts: published as a version for the thread ahead (the
+    ranks published theirs with the update), loaded from the ranks' published version, or pushed
+    into the engine in place; the trainer's span of it."""
     from passband.flows.rl_ahead import publish_update
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
@@ -93,9 +94,11 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
     from passband.training.weights.versions import load_version
 
     start = time.time()
+    ranks = isinstance(trainer, RanksTrainer)
     if ahead is not None:
-        publish_update(trainer.model, config, ahead.engine.root, iteration)
-    elif isinstance(trainer, RanksTrainer):
+        if not ranks:
+            publish_update(trainer.model, config, ahead.engine.root, iteration)
+    elif ranks:
         load_version(engine, trainer.weights_root, iteration)
     else:
         push_weights(trainer.model, engine, config.engine, scratch, iteration)

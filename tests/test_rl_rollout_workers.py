@@ -7,8 +7,10 @@ tasks/sampling/rollout_workers.py), on the tiny digit model with the fp32 transf
    prompt ids, held-out scores and final weights bit for bit; every sampling call of the run
    (3 iterations' rollouts and 4 evaluations) was a committed rollout shard, each naming the
    weights version it was sampled with, and ran under the worker's name.
-3. k=1 on the worker: the batches' versions are [0, 0, 1] and the weights are the in-process k=1
-   run's, so the rollouts ahead and the evaluator's borrowed engine also work across processes.
+3. k=1 on the worker, the weights sent through the artifact store (as to workers on other
+   machines): the batches' versions are [0, 0, 1] and the weights are the in-process k=1 run's, so
+   the rollouts ahead and the evaluator's borrowed engine also work across processes; each version
+   the worker sampled with was committed once as an `rl-weights/` artifact.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ def _series(run_id, name):
     return [m.value for m in sorted(MlflowClient().get_metric_history(run_id, name), key=lambda m: m.step)]
 
 
-def _on_workers(k):
-    return RolloutConfig(max_off_policy_steps=k, workers="task_workers", poll_s=0.1, connect_timeout_s=120)
+def _on_workers(k, **settings):
+    return RolloutConfig(max_off_policy_steps=k, workers="task_workers", poll_s=0.1, connect_timeout_s=120, **settings)
 
 
 def _rollout_shards(home):
@@ -88,7 +90,7 @@ def test_rollouts_on_a_task_worker_match_the_in_process_run(server, tmp_path, mo
     try:
         remote = rl(_config(tmp_path, 0).model_copy(update={"rollout": _on_workers(0)}))
         shards_k0 = _rollout_shards(tmp_path / "home")
-        remote_ahead = rl(_config(tmp_path, 1).model_copy(update={"rollout": _on_workers(1)}))
+        remote_ahead = rl(_config(tmp_path, 1).model_copy(update={"rollout": _on_workers(1, weights_through_store=True)}))
     finally:
         stop_services()
     assert remote.status == remote_ahead.status == "completed"
@@ -119,3 +121,7 @@ def test_rollouts_on_a_task_worker_match_the_in_process_run(server, tmp_path, mo
     ahead_final, local_ahead_final = _weights(remote_ahead.outputs["checkpoint"]), _weights(local_ahead.outputs["checkpoint"])
     assert all(torch.equal(ahead_final[n], local_ahead_final[n]) for n in ahead_final)
     assert any(not torch.equal(ahead_final[n], final[n]) for n in final)  # k=1 is another run than k=0
+    # committed once each: the model's own weights (the first evaluation, iterations 1-2's rollouts),
+    # v1 (the evaluation after iteration 1, iteration 3's rollouts), v2 and v3 (the evaluations)
+    committed = sorted((tmp_path / "home" / "artifacts" / "rl-weights").glob("*/manifest.json"))
+    assert len(committed) == 4

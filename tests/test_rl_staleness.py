@@ -160,10 +160,3 @@ def test_in_flight_rollouts_round_trip_and_resume_checks():
     with pytest.raises(ValueError, match="at most 1 of them"):
         ahead(5, 1).resume([{"iteration": 6, **rollouts.to_json()}, {"iteration": 7, **rollouts.to_json()}])
     queued.close()
-
-
-def test_ahead_needs_one_process():
-    from passband.training.sft.config import DistributedConfig
-
-    with pytest.raises(ValueError, match="nproc_per_node 1"):
-        RLConfig(rollout=RolloutConfig(max_off_policy_steps=1), distributed=DistributedConfig(nproc_per_node=2))

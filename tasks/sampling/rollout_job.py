@@ -22,7 +22,7 @@ from prefect.cache_policies import NONE
 from pydantic import BaseModel, ConfigDict
 
 from passband.tasks.artifacts.provenance import code_version
-from passband.tasks.artifacts.store import open_store
+from passband.tasks.artifacts.store import fetch_artifact, open_store
 from passband.tasks.sampling.claim import claim, job_run_name
 from passband.tasks.sampling.engine import kept_engine
 from passband.training.engines import EngineConfig, Sample, SamplingConfig
@@ -46,7 +46,8 @@ class RolloutShardJob(BaseModel):
     """The model as the flow names it (shipped name, artifact URI or a directory both see): the
     engine's architecture, tokenizer and, without `weights_dir`, weights."""
     weights_dir: str | None
-    """The weights version folder to sample with (a directory the worker sees), None: model_ref's own."""
+    """The weights version to sample with: a folder the worker sees, or an artifact URI it fetches
+    (rollout.weights_through_store); None: model_ref's own."""
     weight_version: int | None
     """The version `weights_dir` holds (recorded in the shard's manifest; None: not an RL version)."""
     engine: EngineConfig
@@ -63,7 +64,10 @@ def rollout_shard_job(job_json: str) -> str:
     committed = claim(job.key)
     if committed is not None:
         return committed
-    engine, _ = kept_engine(job.model_ref, job.engine, job.weights_dir)
+    weights = job.weights_dir
+    if weights is not None and "://" in weights:  # committed to the artifact store: fetched once, cached
+        weights = str(fetch_artifact(weights))
+    engine, _ = kept_engine(job.model_ref, job.engine, weights)
     groups = engine.generate(job.prompts, job.sampling, job.prompt_keys)
     return commit_rollout_shard(job.key, groups, {"weights_dir": job.weights_dir,
                                                   "weight_version": job.weight_version})

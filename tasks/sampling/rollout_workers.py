@@ -16,14 +16,17 @@ the whole call, which is exactly what vLLM does in one call (training/engines/se
 transformers engine then seeds per prompt rather than once per call, equally reproducible but
 another stream.
 
-The flow and the workers must see the same artifact root and the folder the versions are
-published in (the flow's scratch, under PASSBAND_HOME): one machine, or a shared filesystem.
+The flow and the workers must see the same artifact root. The weights travel as the version's
+folder (one machine, or a filesystem the workers share) or, with `weights_through_store`, as an
+artifact committed once per version (`rl-weights/<hash>`) that each worker fetches into its cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 from passband.tasks.reporting.logs import run_logger
@@ -53,7 +56,7 @@ class WorkerEngine:
     name = "task_workers"
 
     def __init__(self, model_ref: str, config: EngineConfig, weights_dir: Path | None, workers: SamplingWorkersConfig,
-                 shards_per_call: int) -> None:
+                 shards_per_call: int, weights_through_store: bool = False) -> None:
         self.model_ref = model_ref
         """The model as the flow names it: the workers' engine architecture and tokenizer."""
         self.config = config
@@ -61,6 +64,10 @@ class WorkerEngine:
         """The weights the next calls sample with (None: model_ref's own)."""
         self.workers = workers
         self.shards_per_call = shards_per_call
+        self.weights_through_store = weights_through_store
+        """Send the workers a store URI of the weights (committed once per version), not a path."""
+        self._committed: dict[str, str] = {}
+        """Weights identity (hash of weights_fingerprint) -> the URI it was committed at (weights_through_store)."""
         self.num_jobs = 0
         """Shard jobs submitted by this engine (tests and logs read it)."""
 
@@ -81,7 +88,7 @@ class WorkerEngine:
         from passband.training.engines.keeper import weights_fingerprint
         from passband.training.weights.versions import MANIFEST
 
-        weights = None if self.weights_dir is None else str(self.weights_dir)
+        weights = None if self.weights_dir is None else self._weights_ref(self.weights_dir)
         version = None
         if self.weights_dir is not None and (self.weights_dir / MANIFEST).is_file():
             version = json.loads((self.weights_dir / MANIFEST).read_text())["version"]
@@ -94,6 +101,28 @@ class WorkerEngine:
         return RolloutShardJob(key=ROLLOUT_SHARD_PREFIX + digest, prompts=prompts, prompt_keys=prompt_keys,
                                model_ref=self.model_ref, weights_dir=weights, weight_version=version,
                                engine=self.config, sampling=sampling)
+
+    def _weights_ref(self, folder: Path) -> str:
+        """What a job names the weights by: the folder, or its store URI (committed on first use)."""
+        if not self.weights_through_store:
+            return str(folder)
+        from passband.tasks.artifacts.checkpoints import commit_checkpoint
+        from passband.training.engines.keeper import weights_fingerprint
+
+        # by content identity: a version the evaluator and the rollouts take turns at is committed once,
+        # one a resumed run republished under the same name again
+        digest = hashlib.sha256(json.dumps(weights_fingerprint(folder)).encode()).hexdigest()[:24]
+        if digest not in self._committed:
+            # the weights alone, hard-linked beside the version (no copy): the store owns the name
+            # manifest.json, which a version folder uses for its own
+            staging = folder.parent / f".store-{folder.name}-{digest}"
+            staging.mkdir()
+            for shard in folder.glob("*.safetensors"):
+                os.link(shard, staging / shard.name)
+            self._committed[digest] = commit_checkpoint(str(staging), f"rl-weights/{digest}", "rl",
+                                                        {"weights_dir": str(folder)}, {})
+            shutil.rmtree(staging)
+        return self._committed[digest]
 
     def load_weights(self, checkpoint_dir: Path) -> None:
         """Sample the next calls with `checkpoint_dir`'s weights (each worker loads them on its next job)."""

@@ -154,15 +154,17 @@ def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str
 
 @contextmanager
 def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None, distributed: DistributedConfig,
-               work_dir: Path, engine_config: EngineConfig) -> Iterator[RLTrainer | RanksTrainer]:
+               work_dir: Path, engine_config: EngineConfig, keep_versions: int = 1) -> Iterator[RLTrainer | RanksTrainer]:
     """The in-process trainer (`open_rl_trainer`), or with distributed.nproc_per_node > 1 the
     torchrun ranks serving it (tasks/steps/rl_torchrun.py, their files under `work_dir`; they
-    publish each update in `engine_config`'s dtype, as push_weights does), stopped at the end."""
+    publish each update in `engine_config`'s dtype, as push_weights does, the `keep_versions`
+    newest kept), stopped at the end."""
     if distributed.nproc_per_node == 1:
         yield open_rl_trainer(model_dir, tasks, algo, resume_uri)
         return
     resume_dir = fetch_artifact(resume_uri) if resume_uri else None
-    with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, distributed, work_dir, engine_config) as trainer:
+    with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, distributed, work_dir, engine_config,
+                       keep_versions) as trainer:
         yield trainer
 
 

@@ -97,6 +97,10 @@ class RanksTrainer:
         weights are then published as `version` under `weights_root` (load_version loads them)."""
         return self._ask(batch_request(batch, seed, version))["metrics"]
 
+    def publish(self, version: int) -> Path:
+        """Have rank 0 publish the weights the ranks hold now as `version` under `weights_root`; its folder."""
+        return Path(self._ask({"kind": "publish", "version": version})["weights"])
+
     @property
     def weights_root(self) -> Path:
         """The root the ranks publish weight versions under (training/weights/versions.py layout)."""

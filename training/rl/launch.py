@@ -164,12 +164,14 @@ def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any]) -> 
         metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
         published = publish_weights(trainer, config, request["version"])
         return {"metrics": metrics, "weights": str(published)}
+    if request["kind"] == "publish":  # the weights they hold now (the start of a run with rollouts ahead)
+        return {"weights": str(publish_weights(trainer, config, request["version"]))}
     if request["kind"] == "checkpoint":
         trainer.state = RLState.from_json(request["state"])
         return {"checkpoint": str(save_rank_checkpoint(trainer, config.work_dir / "checkpoints", request["name"]))}
     if request["kind"] == "stop":
         return {"stopped": True}
-    raise ValueError(f"request kind {request['kind']!r}: expected update, checkpoint or stop")
+    raise ValueError(f"request kind {request['kind']!r}: expected update, publish, checkpoint or stop")
 
 
 def answered(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], number: int) -> dict[str, Any]:
