@@ -125,3 +125,76 @@ def test_rollouts_on_a_task_worker_match_the_in_process_run(server, tmp_path, mo
     # v1 (the evaluation after iteration 1, iteration 3's rollouts), v2 and v3 (the evaluations)
     committed = sorted((tmp_path / "home" / "artifacts" / "rl-weights").glob("*/manifest.json"))
     assert len(committed) == 4
+
+
+@pytest.mark.slow  # two workers, two flow runs, a kill and its grace period: ~90 s
+def test_a_killed_rollout_worker_loses_nothing(server, tmp_path, monkeypatch):
+    """kill -9 of one of two rollout workers (its whole process group) while it samples, after a
+    seeded random number of its shards: its shard is marked crashed and sampled again by the other
+    worker, and the run trains on the uninterrupted run's prompts to the same weights, bit for bit."""
+    import os
+    import random
+    import signal
+    import threading
+
+    from killrun import kill_seed
+    from passband.tasks.sampling.claim import claimant
+
+    digit_task(tmp_path, monkeypatch, "test-rl-rollout-worker-killed")
+    start_task_workers(2, server)
+    # long responses (160 tokens, EOS ignored, scored though cut), so a shard runs long enough to be
+    # caught in the middle
+    base = _config(tmp_path, 1)
+    config = base.model_copy(update={
+        "rollout": _on_workers(1, shards_per_call=2, lost_worker_grace_s=1.0),
+        "sampling": base.sampling.model_copy(update={"max_tokens": 160, "ignore_eos": True}),
+        "reward": base.reward.model_copy(update={"mask_truncated": False})})
+    seed = kill_seed()
+    print(f"PASSBAND_KILL_SEED={seed}")
+    victim = int((tmp_path / "home" / "run" / "task-worker-0.pid").read_text())
+    kills: list[str] = []
+
+    def mine(started: float) -> list:
+        return [run for run in _task_runs("shard ", started) if (claimant(run.name) or "").endswith(f"-{victim}")]
+
+    def kill_after(num_shards: int, started: float) -> None:
+        """SIGKILL worker 0 in the middle of a shard once it completed `num_shards`: it is stopped
+        (SIGSTOP) when the server shows it running one, and killed if it still is, else let go on."""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            runs = mine(started)
+            if sum(run.state.is_completed() for run in runs) >= num_shards and any(r.state.is_running() for r in runs):
+                os.killpg(victim, signal.SIGSTOP)
+                time.sleep(0.3)  # a state write already on its way lands
+                if any(run.state.is_running() for run in mine(started)):
+                    os.killpg(victim, signal.SIGKILL)
+                    kills.append(f"after {num_shards} shards")
+                    return
+                os.killpg(victim, signal.SIGCONT)
+            time.sleep(0.02)
+
+    def prompt_ids(summary):
+        final = summary.outputs["checkpoint"]
+        return [_state(final.replace("iter-000003", f"iter-{i:06d}"))["prompt_ids"] for i in (1, 2, 3)]
+
+    try:
+        whole = rl(config)
+        # read now: the killed run (the workers' artifact root is the same) commits under the same keys
+        expected = (prompt_ids(whole), _series(whole.mlflow_run_id, "math/reward"), _weights(whole.outputs["checkpoint"]))
+        started = time.time()
+        # worker 0 gets about half of the run's 14 shards, 3 of them long: its first or its second
+        killer = threading.Thread(target=kill_after, args=(random.Random(seed).randint(0, 1), started))
+        killer.start()
+        killed = rl(config.model_copy(update={"force": True, "resume": False}))
+        killer.join()
+    finally:
+        stop_services()
+    assert kills, f"worker 0 was never caught in a shard: {[(run.name, run.state.type) for run in mine(started)]}"
+    assert killed.status == whole.status == "completed" and killed.mlflow_run_id != whole.mlflow_run_id
+    lost = [run for run in _task_runs("shard ", started) if run.state.is_crashed()]
+    assert lost and all("lost" in run.state.message for run in lost), \
+        [(run.name, run.state.type, run.state.message) for run in mine(started)]
+    assert prompt_ids(killed) == expected[0]
+    assert _series(killed.mlflow_run_id, "math/reward") == expected[1]
+    final = _weights(killed.outputs["checkpoint"])
+    assert all(torch.equal(final[n], expected[2][n]) for n in final)
