@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import tempfile
 from pathlib import Path
 
 from passband.tasks.reporting.logs import run_logger
@@ -115,13 +115,11 @@ class WorkerEngine:
         if digest not in self._committed:
             # the weights alone, hard-linked beside the version (no copy): the store owns the name
             # manifest.json, which a version folder uses for its own
-            staging = folder.parent / f".store-{folder.name}-{digest}"
-            staging.mkdir()
-            for shard in folder.glob("*.safetensors"):
-                os.link(shard, staging / shard.name)
-            self._committed[digest] = commit_checkpoint(str(staging), f"rl-weights/{digest}", "rl",
-                                                        {"weights_dir": str(folder)}, {})
-            shutil.rmtree(staging)
+            with tempfile.TemporaryDirectory(prefix=".store-", dir=folder.parent) as staging:  # one filesystem
+                for shard in folder.glob("*.safetensors"):
+                    os.link(shard, Path(staging) / shard.name)
+                self._committed[digest] = commit_checkpoint(staging, f"rl-weights/{digest}", "rl",
+                                                            {"weights_dir": str(folder)}, {})
         return self._committed[digest]
 
     def load_weights(self, checkpoint_dir: Path) -> None:
