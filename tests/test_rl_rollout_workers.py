@@ -198,3 +198,29 @@ def test_a_killed_rollout_worker_loses_nothing(server, tmp_path, monkeypatch):
     assert _series(killed.mlflow_run_id, "math/reward") == expected[1]
     final = _weights(killed.outputs["checkpoint"])
     assert all(torch.equal(final[n], expected[2][n]) for n in final)
+
+
+@pytest.mark.slow  # two flow runs on 2 torchrun ranks each, one on a task worker: ~2 min
+def test_three_roles_together(server, tmp_path, monkeypatch):
+    """The three roles apart: the update on 2 torchrun ranks, the rollouts on a task worker, one
+    update ahead, the flow between them. The worker reads the versions the ranks publish, so the
+    run equals the same ranks with the flow's own engine, bit for bit."""
+    from passband.training.sft.config import DistributedConfig
+
+    digit_task(tmp_path, monkeypatch, "test-rl-three-roles")
+    ranks = {"distributed": DistributedConfig(nproc_per_node=2)}
+    monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root_engine"))
+    own_engine = rl(_config(tmp_path, 1).model_copy(update=ranks))
+    monkeypatch.delenv("PASSBAND_ARTIFACT_ROOT")  # the worker's root: PASSBAND_HOME's
+    start_task_workers(1, server)
+    try:
+        apart = rl(_config(tmp_path, 1).model_copy(update={**ranks, "rollout": _on_workers(1)}))
+    finally:
+        stop_services()
+    assert apart.status == "completed"
+    assert _series(apart.mlflow_run_id, "rollout/weight_version") == [0.0, 0.0, 1.0]
+    for metric in ("math/reward", "vllm_kl", "eval/math/pass_at_1"):
+        assert _series(apart.mlflow_run_id, metric) == _series(own_engine.mlflow_run_id, metric), metric
+    final, expected = _weights(apart.outputs["checkpoint"]), _weights(own_engine.outputs["checkpoint"])
+    assert all(torch.equal(final[n], expected[n]) for n in final)
+    assert len(list((tmp_path / "home" / "artifacts" / "rollout-shards").glob("*/manifest.json"))) == 7
