@@ -82,7 +82,9 @@ class RolloutConfig(SamplingWorkersConfig):
     staleness in rho; the engine keeps its weights while the trainer runs
     (`engine.release_weights_while_training` applies to k = 0 only), and k + 1 versions are kept on disk.
     A checkpoint keeps the rollouts already sampled ahead (in flight), and a resumed run trains on
-    them, so it gets the uninterrupted run's batches and weight versions."""
+    them, so it gets the uninterrupted run's batches and weight versions. On long responses take
+    `algo.correction: token_mis`: one update stale at 512 tokens, seq-MIS rejected 16% of the
+    sequences and token-MIS none (docs/benchmarks.md, "Staleness")."""
 
 
 class RLConfig(Config):
