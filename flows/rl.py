@@ -177,8 +177,7 @@ def _open_engine(config: RLConfig, model_dir: str, problems: dict[str, list[dict
     if config.rollout.workers == "task_workers":
         from passband.tasks.sampling.rollout_workers import WorkerEngine
 
-        return WorkerEngine(config.model, engine_config, Path(trainer.weights_dir), config.rollout,
-                            config.rollout.shards_per_call, config.rollout.weights_through_store)
+        return WorkerEngine(config.model, engine_config, Path(trainer.weights_dir), config.rollout)
     return open_engine(engine_config, trainer.weights_dir)
 
 

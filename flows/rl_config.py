@@ -3,15 +3,13 @@ checkpoints and held-out evaluation. The update's own settings are `training.rl.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from passband.curation.catalog import TASKS, TaskName, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
 from passband.flows.eval_config import EvalConfig, check_answer_format
-from passband.tasks.sampling.dispatch import SamplingWorkersConfig
+from passband.tasks.sampling.dispatch import RolloutWorkersConfig
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
@@ -55,24 +53,8 @@ class EarlyStopConfig(Config):
     """...and entropy fell at each of the last `patience` iterations."""
 
 
-class RolloutConfig(SamplingWorkersConfig):
+class RolloutConfig(RolloutWorkersConfig):
     """Where rollouts run and how far ahead of the trainer."""
-
-    workers: Literal["local", "task_workers"] = "local"
-    """`local`: the flow's own engine, in its process. `task_workers`: every sampling call (the
-    iteration's rollouts, dynamic sampling's rounds, the held-out evaluation) runs as
-    `shards_per_call` jobs on Prefect task workers that keep their engine and load each published
-    weights version in place (tasks/sampling/rollout_workers.py); start them with `passband up
-    --rollout-workers N` (needs a Prefect server). One shard gives the local run's samples bit for
-    bit; the flow and the workers must share the artifact root and PASSBAND_HOME (one machine or a
-    shared filesystem)."""
-    shards_per_call: int = Field(1, ge=1)
-    """Jobs each sampling call is split into on task workers, contiguous runs of its prompts (set it
-    to the number of workers). With more than one, each prompt is seeded by its index in the call."""
-    weights_through_store: bool = False
-    """Task workers on other machines: commit each weights version they sample with to the artifact
-    store (PASSBAND_ARTIFACT_ROOT, e.g. s3://) and send them its URI; false: send the version's
-    folder (one machine, or a filesystem the workers share)."""
 
     max_off_policy_steps: int = Field(0, ge=0)
     """k: sample iteration i's rollouts with the weights of k updates ago (v<i-1-k>), on a thread

@@ -52,6 +52,26 @@ class SamplingWorkersConfig(BaseModel):
     """Seconds between the flow's looks at its shards' runs."""
 
 
+class RolloutWorkersConfig(SamplingWorkersConfig):
+    """Where RL's rollouts are sampled (the RL flow's `rollout`): the flow's engine, or task workers."""
+
+    workers: Literal["local", "task_workers"] = "local"
+    """`local`: the flow's own engine, in its process. `task_workers`: every sampling call (the
+    iteration's rollouts, dynamic sampling's rounds, the held-out evaluation) runs as
+    `shards_per_call` jobs on Prefect task workers that keep their engine and load each published
+    weights version in place (tasks/sampling/rollout_workers.py: WorkerEngine); start them with
+    `passband up --rollout-workers N` (needs a Prefect server). One shard gives the local run's samples bit for
+    bit; the flow and the workers must share the artifact root and PASSBAND_HOME (one machine or a
+    shared filesystem)."""
+    shards_per_call: int = Field(1, ge=1)
+    """Jobs each sampling call is split into on task workers, contiguous runs of its prompts (set it
+    to the number of workers). With more than one, each prompt is seeded by its index in the call."""
+    weights_through_store: bool = False
+    """Task workers on other machines: commit each weights version they sample with to the artifact
+    store (PASSBAND_ARTIFACT_ROOT, e.g. s3://) and send them its URI; false: send the version's
+    folder (one machine, or a filesystem the workers share)."""
+
+
 class ShardJobLike(Protocol):
     """What the dispatch reads of a shard job (a pass-rate ShardJob, an EvalShardJob): its artifact
     key, and the JSON its task takes."""

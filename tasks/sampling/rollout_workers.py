@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from passband.tasks.reporting.logs import run_logger
-from passband.tasks.sampling.dispatch import SamplingWorkersConfig, run_on_task_workers
+from passband.tasks.sampling.dispatch import RolloutWorkersConfig, run_on_task_workers
 from passband.tasks.sampling.rollout_job import (ROLLOUT_SHARD_PREFIX, RolloutShardJob, load_rollout_shard,
                                                  rollout_shard_job)
 from passband.training.engines import EngineConfig, Sample, SamplingConfig
@@ -55,17 +55,13 @@ class WorkerEngine:
 
     name = "task_workers"
 
-    def __init__(self, model_ref: str, config: EngineConfig, weights_dir: Path | None, workers: SamplingWorkersConfig,
-                 shards_per_call: int, weights_through_store: bool = False) -> None:
+    def __init__(self, model_ref: str, config: EngineConfig, weights_dir: Path, workers: RolloutWorkersConfig) -> None:
         self.model_ref = model_ref
         """The model as the flow names it: the workers' engine architecture and tokenizer."""
         self.config = config
         self.weights_dir = weights_dir
-        """The weights the next calls sample with (None: model_ref's own)."""
+        """The weights the next calls sample with: the model's own folder, or a published version."""
         self.workers = workers
-        self.shards_per_call = shards_per_call
-        self.weights_through_store = weights_through_store
-        """Send the workers a store URI of the weights (committed once per version), not a path."""
         self._committed: dict[str, str] = {}
         """Weights identity (hash of weights_fingerprint) -> the URI it was committed at (weights_through_store)."""
         self.num_jobs = 0
@@ -73,45 +69,44 @@ class WorkerEngine:
 
     def generate(self, prompts: list[str], sampling: SamplingConfig,
                  prompt_keys: list[str] | None = None) -> list[list[Sample]]:
-        bounds = shard_bounds(len(prompts), self.shards_per_call)
+        from passband.training.engines.keeper import weights_fingerprint
+        from passband.training.weights.versions import MANIFEST
+
+        bounds = shard_bounds(len(prompts), self.workers.shards_per_call)
         if prompt_keys is None and len(bounds) > 1:  # the call's own seeds: each prompt's index in it
             prompt_keys = [str(index) for index in range(len(prompts))]
-        jobs = [self._job(prompts[start:end], None if prompt_keys is None else prompt_keys[start:end], sampling)
-                for start, end in bounds]
+        # the weights, once for every shard of the call: named by their files' paths, sizes and mtimes
+        # in each shard's key (a version republished by a resumed run is another shard, a shard
+        # resubmitted after a lost worker the same one), and their version when they are one
+        fingerprint = weights_fingerprint(self.weights_dir)
+        manifest = self.weights_dir / MANIFEST
+        version = json.loads(manifest.read_text())["version"] if manifest.is_file() else None
+        weights = self._weights_ref(self.weights_dir, fingerprint)
+        jobs = []
+        for start, end in bounds:
+            keys = None if prompt_keys is None else prompt_keys[start:end]
+            content = {"prompts": prompts[start:end], "prompt_keys": keys, "model": self.model_ref,
+                       "weights": fingerprint, "engine": self.config.model_dump(mode="json"),
+                       "sampling": sampling.model_dump(mode="json")}
+            digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+            jobs.append(RolloutShardJob(key=ROLLOUT_SHARD_PREFIX + digest, prompts=prompts[start:end], prompt_keys=keys,
+                                        model_ref=self.model_ref, weights_dir=weights, weight_version=version,
+                                        engine=self.config, sampling=sampling))
         self.num_jobs += len(jobs)
         run_logger().info("rollouts: %d prompts in %d shards on task workers", len(prompts), len(jobs))
         run_on_task_workers(jobs, self.workers, rollout_shard_job)
         groups = [group for job in jobs for group in load_rollout_shard(job.key)]
         return [[_at(sample, index) for sample in group] for index, group in enumerate(groups)]
 
-    def _job(self, prompts: list[str], prompt_keys: list[str] | None, sampling: SamplingConfig) -> RolloutShardJob:
-        from passband.training.engines.keeper import weights_fingerprint
-        from passband.training.weights.versions import MANIFEST
-
-        weights = None if self.weights_dir is None else self._weights_ref(self.weights_dir)
-        version = None
-        if self.weights_dir is not None and (self.weights_dir / MANIFEST).is_file():
-            version = json.loads((self.weights_dir / MANIFEST).read_text())["version"]
-        # the key names the weights by their files' paths, sizes and mtimes: a version republished
-        # by a resumed run is another shard, a shard resubmitted after a lost worker the same one
-        content = {"prompts": prompts, "prompt_keys": prompt_keys, "model": self.model_ref,
-                   "weights": weights_fingerprint(self.weights_dir) if self.weights_dir else None,
-                   "engine": self.config.model_dump(mode="json"), "sampling": sampling.model_dump(mode="json")}
-        digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-        return RolloutShardJob(key=ROLLOUT_SHARD_PREFIX + digest, prompts=prompts, prompt_keys=prompt_keys,
-                               model_ref=self.model_ref, weights_dir=weights, weight_version=version,
-                               engine=self.config, sampling=sampling)
-
-    def _weights_ref(self, folder: Path) -> str:
+    def _weights_ref(self, folder: Path, fingerprint: tuple) -> str:
         """What a job names the weights by: the folder, or its store URI (committed on first use)."""
-        if not self.weights_through_store:
+        if not self.workers.weights_through_store:
             return str(folder)
         from passband.tasks.artifacts.checkpoints import commit_checkpoint
-        from passband.training.engines.keeper import weights_fingerprint
 
         # by content identity: a version the evaluator and the rollouts take turns at is committed once,
         # one a resumed run republished under the same name again
-        digest = hashlib.sha256(json.dumps(weights_fingerprint(folder)).encode()).hexdigest()[:24]
+        digest = hashlib.sha256(json.dumps(fingerprint).encode()).hexdigest()[:24]
         if digest not in self._committed:
             # the weights alone, hard-linked beside the version (no copy): the store owns the name
             # manifest.json, which a version folder uses for its own
