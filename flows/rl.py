@@ -51,7 +51,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
             logger.info("reusing the completed rl run %s", run.cached.mlflow_run_id)
             return run.cached
         # 1. Problems, held-out sets, the trainer (resumed from this config's newest checkpoint; in this
-        # process, or torchrun ranks when distributed.nproc_per_node > 1), the engine.
+        # process, or torchrun ranks when distributed.launches_ranks), the engine.
         model_dir, eval_sets, problems = _load_data(config, run.run_id, logger)
         # A task's judge model (if any; the rollouts' and the held-out sets') runs on its own
         # engine for the loop's whole life.
@@ -129,9 +129,8 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
     resume_uri = checkpoint_uri(run_key, last) if last else None
     if last:
         logger.info("rl: resuming after iteration %d from %s", last, resume_uri)
-    nproc = config.distributed.nproc_per_node
-    if nproc > 1:
-        logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", nproc)
+    if config.distributed.launches_ranks:
+        logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", config.distributed.nproc_per_node)
     keep = versions_to_keep(config.rollout.max_off_policy_steps)  # the rollouts ahead read k + 1 versions
     with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, config.distributed, scratch / "ranks",
                     config.engine, keep) as trainer:

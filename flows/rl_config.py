@@ -153,7 +153,24 @@ class RLConfig(Config):
                             "reward.verifiers")
         if self.eval is not None:
             self._check_best_metric(self.eval)
+        if self.engine.weight_transfer == "nccl":
+            self._check_broadcast()
         return self
+
+    def _check_broadcast(self) -> None:
+        """Weights by NCCL go from the trainer ranks to the flow's own vLLM engine, newest only."""
+        needs = {"engine.kind: vllm": self.engine.kind == "vllm",
+                 "torchrun ranks (distributed.nproc_per_node > 1 or torchrun_at_one_rank)":
+                     self.distributed.launches_ranks,
+                 "rollout.workers: local (workers on other machines read versions from the store)":
+                     self.rollout.workers == "local",
+                 "rollout.max_off_policy_steps: 0 (the rollouts ahead sample older versions, kept on disk)":
+                     self.rollout.max_off_policy_steps == 0,
+                 "engine.lm_head_fp32: false (vLLM's loader casts the received head to the engine's dtype)":
+                     not self.engine.lm_head_fp32}
+        missing = [need for need, met in needs.items() if not met]
+        if missing:
+            raise ValueError(f"engine.weight_transfer: nccl needs {'; '.join(missing)}")
 
     def _check_best_metric(self, evaluation: EvalConfig) -> None:
         name, _, stat = self.best_metric.partition("/")

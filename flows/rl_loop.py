@@ -56,7 +56,8 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     with peaks.phase("training"):
         train_start = time.time()
         if isinstance(trainer, RanksTrainer):  # the update on the torchrun ranks; they publish the full weights
-            metrics = trainer.update(batch, iteration_seed(config, iteration), iteration)
+            by_broadcast = config.engine.weight_transfer == "nccl"  # then nothing is published to disk
+            metrics = trainer.update(batch, iteration_seed(config, iteration), None if by_broadcast else iteration)
         else:
             generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
             metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
@@ -85,8 +86,9 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
 def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch: Path, iteration: int,
                   ahead: RolloutsAhead | None) -> Span:
     """The update's weights to the rollouts: published as a version for the thread ahead (the
-    ranks published theirs with the update), loaded from the ranks' published version, or pushed
-    into the engine in place; the trainer's span of it."""
+    ranks published theirs with the update), broadcast by the ranks into the engine (weights by
+    NCCL), loaded from the ranks' published version, or pushed into the engine in place; the
+    trainer's span of it."""
     from passband.flows.rl_ahead import publish_update
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
@@ -98,6 +100,8 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
     if ahead is not None:
         if not ranks:
             publish_update(trainer.model, config, ahead.engine.root, iteration)
+    elif ranks and config.engine.weight_transfer == "nccl":
+        trainer.broadcast_into(engine)
     elif ranks:
         load_version(engine, trainer.weights_root, iteration)
     else:

@@ -9,7 +9,8 @@
 # 2. the GPU extra's fused loss against ours (Liger's linear cross-entropy, tests marked gpu);
 # 3. our vLLM engine on CUDA against raw vLLM: start seconds and tokens/s (scripts/gpu_check.py engine);
 # 4. the RL weight sync by the disk path: publish a version, load it into the live engine
-#    (scripts/gpu_check.py weights); the NCCL broadcast path is not built, so it is not timed;
+#    (scripts/gpu_check.py weights); and by NCCL broadcast, the engine on one GPU and the sender
+#    on another (scripts/gpu_check.py broadcast; 2 GPUs, as the next check);
 # 5. the RL update on torchrun ranks over NCCL against one process (tests/test_rl_ranks.py: FSDP2
 #    puts each rank on its GPU when CUDA is present, training/sft/distributed.py, and the process
 #    group is then NCCL; one rank per GPU, so it needs 2 GPUs, and on one it says so). Not yet run
@@ -35,10 +36,11 @@ check engine-vs-raw-vllm 180 "$PY" scripts/gpu_check.py engine
 check weight-publish-load 90 "$PY" scripts/gpu_check.py weights
 gpus=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then
+  check weight-broadcast 120 "$PY" scripts/gpu_check.py broadcast
   check rl-ranks-nccl 120 "$BIN/pytest" -q tests/test_rl_ranks.py
 else
-  echo "=== rl-ranks-nccl: needs 2 GPUs (one NCCL rank per GPU); this machine has $gpus"
-  failed+=("rl-ranks-nccl (needs 2 GPUs)")
+  echo "=== weight-broadcast, rl-ranks-nccl: need 2 GPUs (NCCL takes one per member); this machine has $gpus"
+  failed+=("weight-broadcast, rl-ranks-nccl (need 2 GPUs)")
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then echo "not passed: ${failed[*]}"; exit 1; fi

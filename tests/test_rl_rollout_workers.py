@@ -2,9 +2,11 @@
 tasks/sampling/rollout_workers.py), on the tiny digit model with the fp32 transformers engine.
 
 1. Shard bounds by hand.
-2. One real task worker (its own process, its engine kept across jobs) against a real Prefect
-   server: at k=0 and one shard per call the run gives the in-process run's rewards per iteration,
-   prompt ids, held-out scores and final weights bit for bit; every sampling call of the run
+2. The three roles at k=0 (issue 29's first "must show"): the update on one torchrun rank
+   (`distributed.torchrun_at_one_rank`: the trainer's own process, the flow holding no model) and
+   the rollouts on one real task worker (its own process, its engine kept across jobs) against a
+   real Prefect server, one shard per call: the run gives the in-process run's rewards per
+   iteration, prompt ids, held-out scores and final weights bit for bit; every sampling call of the run
    (3 iterations' rollouts and 4 evaluations) was a committed rollout shard, each naming the
    weights version it was sampled with, and ran under the worker's name.
 3. k=1 on the worker, the weights sent through the artifact store (as to workers on other
@@ -29,6 +31,9 @@ from passband.flows.rl_config import RolloutConfig
 from passband.stack.local import stop_services
 from passband.stack.task_workers import start_task_workers
 from passband.tasks.sampling.rollout_workers import shard_bounds
+from passband.tasks.steps import rl as steps_rl
+from passband.tasks.steps.rl_torchrun import trainer_ranks
+from passband.training.sft.config import DistributedConfig
 from test_flow_rl import _state, _weights, digit_task
 from test_rl_staleness import _config
 
@@ -83,19 +88,29 @@ def _task_runs(prefix, after):
 
 def test_rollouts_on_a_task_worker_match_the_in_process_run(server, tmp_path, monkeypatch):
     digit_task(tmp_path, monkeypatch, "test-rl-rollout-workers")
+    launched = []
+
+    def counted_ranks(*args, **kwargs):  # the real launcher, counted
+        launched.append(args[4].nproc_per_node)
+        return trainer_ranks(*args, **kwargs)
+
+    monkeypatch.setattr(steps_rl, "trainer_ranks", counted_ranks)
     local = rl(_config(tmp_path, 0))
     local_ahead = rl(_config(tmp_path, 1))
     started = time.time()
     (name,) = start_task_workers(1, server)
     try:
-        remote = rl(_config(tmp_path, 0).model_copy(update={"rollout": _on_workers(0)}))
+        remote = rl(_config(tmp_path, 0).model_copy(update={
+            "rollout": _on_workers(0), "distributed": DistributedConfig(torchrun_at_one_rank=True)}))
         shards_k0 = _rollout_shards(tmp_path / "home")
         remote_ahead = rl(_config(tmp_path, 1).model_copy(update={"rollout": _on_workers(1, weights_through_store=True)}))
     finally:
         stop_services()
     assert remote.status == remote_ahead.status == "completed"
 
-    # k=0: the in-process run's numbers, bit for bit
+    # k=0, the update on one torchrun rank and the rollouts on the worker: the in-process run's
+    # numbers, bit for bit
+    assert launched == [1]  # the remote run launched its one rank; the in-process runs none
     for metric in ("math/reward", "vllm_kl", "eval/math/pass_at_1", "rollout/weight_version"):
         assert _series(remote.mlflow_run_id, metric) == _series(local.mlflow_run_id, metric), metric
     iterations = [remote.outputs["checkpoint"].replace("iter-000003", f"iter-{i:06d}") for i in (1, 2, 3)]

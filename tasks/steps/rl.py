@@ -155,11 +155,11 @@ def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str
 @contextmanager
 def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None, distributed: DistributedConfig,
                work_dir: Path, engine_config: EngineConfig, keep_versions: int = 1) -> Iterator[RLTrainer | RanksTrainer]:
-    """The in-process trainer (`open_rl_trainer`), or with distributed.nproc_per_node > 1 the
+    """The in-process trainer (`open_rl_trainer`), or with distributed.launches_ranks the
     torchrun ranks serving it (tasks/steps/rl_torchrun.py, their files under `work_dir`; they
     publish each update in `engine_config`'s dtype, as push_weights does, the `keep_versions`
     newest kept), stopped at the end."""
-    if distributed.nproc_per_node == 1:
+    if not distributed.launches_ranks:
         yield open_rl_trainer(model_dir, tasks, algo, resume_uri)
         return
     resume_dir = fetch_artifact(resume_uri) if resume_uri else None

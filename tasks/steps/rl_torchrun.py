@@ -1,6 +1,6 @@
 """The RL trainer as torchrun ranks, seen from the flow: launched once, driven by request files.
 
-With `distributed.nproc_per_node > 1` the rl flow holds no model: the ranks
+With `distributed.launches_ranks` the rl flow holds no model: the ranks
 (`python -m passband.training.rl.launch`, FSDP2, training/rl/launch.py) hold the sharded policy,
 the reference and the AdamW state for the whole run. The flow writes each iteration's scored batch
 as a request, reads rank 0's answer (the update's metrics; the full weights are published as the
@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ class RanksTrainer:
     """Rank 0's stdout, line by line (None at its end), filled by a reader thread so a wait can time out."""
     sent: int = 0
     """Requests written so far (the next is sent + 1)."""
+    update_info: dict[str, Any] | None = None
+    """With weights by broadcast, once linked: what the engine is told of each round (names, dtypes, shapes)."""
 
     @property
     def nproc_per_node(self) -> int:
@@ -92,10 +94,23 @@ class RanksTrainer:
     def _stderr(self) -> str:
         return (self.work_dir / "ranks.stderr").read_text()[-4000:]
 
-    def update(self, batch: RolloutBatch, seed: int, version: int) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, seed: int, version: int | None) -> dict[str, float]:
         """One rl_update on the ranks (Clip-Cov seeded with `seed`); its metrics. The updated full
-        weights are then published as `version` under `weights_root` (load_version loads them)."""
+        weights are then published as `version` under `weights_root` (load_version loads them);
+        with `version` None nothing is published (`broadcast_into` sends them)."""
         return self._ask(batch_request(batch, seed, version))["metrics"]
+
+    def broadcast_into(self, engine: Any) -> None:
+        """The weights the ranks hold now, sent into the flow's vLLM `engine` by NCCL broadcast
+        (EngineConfig.weight_transfer 'nccl', training/engines/vllm_broadcast.py); the first call opens
+        the link (rank 0 and the engine's one worker meet on a free local port)."""
+        from passband.training.engines.vllm_broadcast import BroadcastEndpoint
+
+        if self.update_info is None:
+            endpoint = BroadcastEndpoint("127.0.0.1", free_port(), world_size=2)
+            self.update_info = engine.connect_trainer(endpoint, lambda: self._ask(
+                {"kind": "connect_engine", "endpoint": asdict(endpoint)})["update_info"])
+        engine.receive_broadcast(self.update_info, lambda: self._ask({"kind": "broadcast"}))
 
     def publish(self, version: int) -> Path:
         """Have rank 0 publish the weights the ranks hold now as `version` under `weights_root`; its folder."""
@@ -140,6 +155,8 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
     env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}
+    if engine.weight_transfer == "nccl":  # the flow's engine keeps the first GPU; the ranks take the next ones
+        env["CUDA_VISIBLE_DEVICES"] = ranks_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), nproc_per_node)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc_per_node),
                "-m", "passband.training.rl.launch", str(work_dir / "ranks.yaml")]
     state = RLState(consumed={name: 0 for name in tasks})
@@ -166,6 +183,28 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
             terminate_group(ranks.pid)
         reader.join(timeout=30)  # the ranks are gone, so their stdout is at its end
         ranks.stdout.close()
+
+
+def ranks_devices(visible: str | None, nproc_per_node: int) -> str:
+    """CUDA_VISIBLE_DEVICES for trainer ranks beside an engine on the first of the `visible` GPUs
+    (this process's CUDA_VISIBLE_DEVICES; None: all of them): the next `nproc_per_node`."""
+    import torch
+
+    devices = visible.split(",") if visible else [str(index) for index in range(torch.cuda.device_count())]
+    if len(devices) < nproc_per_node + 1:
+        raise ValueError(f"engine.weight_transfer 'nccl' puts the engine on its own GPU and each of the "
+                         f"{nproc_per_node} trainer ranks on another: {nproc_per_node + 1} GPUs needed, "
+                         f"{len(devices)} visible ({visible or 'all'})")
+    return ",".join(devices[1:nproc_per_node + 1])
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (the broadcast's rendezvous)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _read_lines(stream: Any, lines: queue.Queue) -> None:

@@ -83,7 +83,7 @@ def train_sft_stage(
     """Train (or skip, or continue) one stage from the checkpoint in `start_dir`.
 
     Metrics go to MLflow at global step `step_offset + stage step`; tags mark the stage's steps.
-    With distributed.nproc_per_node > 1 the loop runs under torchrun (tasks/steps/sft_torchrun.py) and this process
+    With distributed.launches_ranks the loop runs under torchrun (tasks/steps/sft_torchrun.py) and this process
     logs and commits what rank 0 reports, through the same callbacks.
     """
     from prefect.logging import get_run_logger
@@ -138,7 +138,7 @@ def train_sft_stage(
         shutil.rmtree(path)  # committed; the local copy was only scratch
 
     with scratch_dir("sft-checkpoints-") as scratch:
-        if distributed.nproc_per_node > 1:
+        if distributed.launches_ranks:
             torchrun_stage(stage, examples, start_dir, resume_from, distributed, scratch, on_metrics, on_checkpoint)
         else:
             model = load_causal_lm(Path(start_dir))

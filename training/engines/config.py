@@ -56,6 +56,14 @@ class EngineConfig(BaseModel):
     process vLLM's 'auto' binding leaves one to the frontend). The RL flow's default. vLLM's start-up
     would take over the host process's global RNGs, torch.set_num_threads, the garbage collector and
     vLLM's environment cache; the engine restores all four (vllm_engine.py: `_host_state_kept`)."""
+    weight_transfer: Literal["disk", "nccl"] = "disk"
+    """How the RL trainer's updates reach this engine. `disk`: each update is published as a weight
+    version in this dtype and the engine reloads it (training/weights/versions.py; any device, and
+    the path rollout workers and k >= 1 read). `nccl` (CUDA only): the torchrun ranks' rank 0
+    broadcasts the same tensors straight into the engine's GPU through vLLM's weight-transfer API
+    (training/engines/vllm_broadcast.py), nothing written; needs `distributed` ranks on GPUs other than
+    the engine's, `rollout.workers: local`, `max_off_policy_steps: 0` and no `lm_head_fp32`. Not
+    yet run on a GPU by us: scripts/gpu_check.py measures it where one is lent."""
     enforce_eager: bool = True
     """vLLM: skip graph capture. Faster start-up and needed on CPU; slower decode on GPU."""
     release_weights_while_training: bool = True

@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from passband.training.engines.config import EngineConfig, SamplingConfig
 from passband.training.engines.protocol import Sample
 from passband.training.engines.seeds import request_seed
+
+if TYPE_CHECKING:  # imports vLLM's config: loaded only where the broadcast path runs
+    from passband.training.engines.vllm_broadcast import BroadcastEndpoint
 
 
 @contextlib.contextmanager
@@ -102,6 +106,7 @@ class VLLMEngine:
                 logprobs_mode="processed_logprobs",
                 hf_overrides={"head_dtype": "float32"} if config.lm_head_fp32 else None,
                 worker_extension_cls="passband.training.engines.vllm_weight_sync.WeightSyncExtension",
+                weight_transfer_config={"backend": "nccl"} if config.weight_transfer == "nccl" else None,
             )
         if config.lm_head_fp32:
             self.llm.collective_rpc("load_fp32_lm_head", args=(str(model_dir),))
@@ -171,6 +176,22 @@ class VLLMEngine:
         # cached KV blocks were computed by the old weights
         self.llm.reset_prefix_cache()
         self._trim_heap()
+
+    def connect_trainer(self, endpoint: BroadcastEndpoint, open_sender_side: Callable[[], Any]) -> Any:
+        """With weight_transfer 'nccl': join the trainer ranks' sender at `endpoint` while
+        `open_sender_side()` has them open it (training/engines/vllm_broadcast.py); what it returns."""
+        from passband.training.engines.vllm_broadcast import connect_engine
+
+        return connect_engine(self.llm.collective_rpc, endpoint, open_sender_side)
+
+    def receive_broadcast(self, info: dict[str, Any], send: Callable[[], Any]) -> Any:
+        """With weight_transfer 'nccl': one update's weights (`info`: their names, dtypes, shapes)
+        received in place while `send()` has the ranks broadcast them; what `send()` returns."""
+        from passband.training.engines.vllm_broadcast import receive_broadcast
+
+        answer = receive_broadcast(self.llm.collective_rpc, info, send)
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+        return answer
 
     def release_weights(self) -> None:
         # With config.release_weights_while_training: the packed linear weights go until the next

@@ -12,7 +12,13 @@ half a file; every rank reads every request):
       updated weights and rank 0 publishes them as version V (the iteration) under work_dir/weights,
       as the in-process trainer does (training/weights/versions.py: the engine's dtype, an fp32 head
       when lm_head_fp32, manifest last, the `keep_versions` newest kept), and answers
-      {"request": N, "metrics": {...}, "weights": path of v<V>}
+      {"request": N, "metrics": {...}, "weights": path of v<V>}; with "version": null nothing is
+      published (the weights go by broadcast) and "weights" is null
+  {"kind": "connect_engine", "endpoint": {BroadcastEndpoint fields}}
+      (EngineConfig.weight_transfer 'nccl', CUDA) open vLLM's NCCL sender over the policy in the
+      engine's dtype (training/engines/vllm_broadcast.py), rank 0 meeting the flow's engine at
+      `endpoint`; answers {"request": N, "update_info": what the engine is told of each round}
+  {"kind": "broadcast"}   send the weights the ranks hold to the engine; answers {"request": N, "sent": true}
   {"kind": "checkpoint", "name": "iter-000003", "state": {RLState}}
       rank 0 writes work_dir/checkpoints/<name> in the one-process layout (training/checkpoint.py,
       the AdamW state gathered from the shards) and answers {"request": N, "checkpoint": path}
@@ -81,8 +87,9 @@ def write_request(work_dir: Path, number: int, request: dict[str, Any]) -> None:
     partial.rename(path)
 
 
-def batch_request(batch: RolloutBatch, seed: int, version: int) -> dict[str, Any]:
-    """The update on `batch` (Clip-Cov seeded with `seed`), its weights to be published as `version`."""
+def batch_request(batch: RolloutBatch, seed: int, version: int | None) -> dict[str, Any]:
+    """The update on `batch` (Clip-Cov seeded with `seed`), its weights to be published as
+    `version` (None: not published; they go by broadcast)."""
     return {"kind": "update", "batch": dataclasses.asdict(batch), "seed": seed, "version": version}
 
 
@@ -154,7 +161,25 @@ def save_rank_checkpoint(trainer: RLTrainer, out_dir: Path, name: str) -> Path:
     return out_dir / name
 
 
-def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any]) -> dict[str, Any]:
+@dataclasses.dataclass
+class EngineLink:
+    """The ranks' end of the NCCL weight broadcast, once a connect_engine request opened it."""
+
+    sender: Any = None
+    """vLLM's NCCLTrainerWeightTransferEngine on this rank (broadcast.open_sender)."""
+
+
+def connect_engine(trainer: RLTrainer, config: RanksConfig, endpoint: dict[str, Any], link: EngineLink) -> dict[str, Any]:
+    """Open this rank's NCCL sender over the policy in the engine's dtype (rank 0 meets the
+    engine's workers at `endpoint`); the update info the flow gives the engine each round."""
+    from passband.training.engines.vllm_broadcast import BroadcastEndpoint, EngineDtypeSource, open_sender, update_info
+
+    lm, dtype = unwrap(trainer.model), getattr(torch, config.engine_dtype)
+    link.sender = open_sender(lm, dtype, BroadcastEndpoint(**endpoint), rank())
+    return {"update_info": update_info(EngineDtypeSource(lm, dtype).metadata())}
+
+
+def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], link: EngineLink) -> dict[str, Any]:
     """Carry out one request on this rank; what rank 0 reports."""
     from passband.training.rl.update import rl_update
 
@@ -162,24 +187,34 @@ def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any]) -> 
         batch = RolloutBatch(**request["batch"])
         generator = torch.Generator().manual_seed(request["seed"])
         metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
-        published = publish_weights(trainer, config, request["version"])
-        return {"metrics": metrics, "weights": str(published)}
+        if request["version"] is None:  # the flow has them broadcast next
+            return {"metrics": metrics, "weights": None}
+        return {"metrics": metrics, "weights": str(publish_weights(trainer, config, request["version"]))}
     if request["kind"] == "publish":  # the weights they hold now (the start of a run with rollouts ahead)
         return {"weights": str(publish_weights(trainer, config, request["version"]))}
+    if request["kind"] == "connect_engine":
+        return connect_engine(trainer, config, request["endpoint"], link)
+    if request["kind"] == "broadcast":
+        if link.sender is None:
+            raise RuntimeError("a broadcast request before connect_engine: the ranks have no sender open")
+        link.sender.send_weights()
+        return {"sent": True}
     if request["kind"] == "checkpoint":
         trainer.state = RLState.from_json(request["state"])
         return {"checkpoint": str(save_rank_checkpoint(trainer, config.work_dir / "checkpoints", request["name"]))}
     if request["kind"] == "stop":
         return {"stopped": True}
-    raise ValueError(f"request kind {request['kind']!r}: expected update, publish, checkpoint or stop")
+    raise ValueError(f"request kind {request['kind']!r}: expected update, publish, connect_engine, broadcast, "
+                     "checkpoint or stop")
 
 
-def answered(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], number: int) -> dict[str, Any]:
+def answered(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], number: int,
+             link: EngineLink) -> dict[str, Any]:
     """`answer`, then a barrier (rank 0 has written what the reply names before the flow reads it).
     A collective that fails (gloo and NCCL raise once `collective_timeout_s` passes, or when a peer
     dies) fails this rank with an error naming it and the request: torchrun then stops the rest."""
     try:
-        reply = answer(trainer, config, request)
+        reply = answer(trainer, config, request, link)
         if world_size() > 1:
             torch.distributed.barrier()
     except RuntimeError as error:  # torch.distributed's errors among them (DistError is one)
@@ -191,7 +226,7 @@ def answered(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], n
 
 def serve(config: RanksConfig) -> int:
     """Open the trainer and answer requests 1, 2, ... until a stop; the number answered."""
-    trainer = open_rank_trainer(config)
+    trainer, link = open_rank_trainer(config), EngineLink()
     if rank() == 0:
         print(json.dumps({"ready": True}), flush=True)
     number = 1
@@ -200,7 +235,7 @@ def serve(config: RanksConfig) -> int:
         while not path.exists():
             time.sleep(config.poll_s)
         request = json.loads(path.read_text())
-        reply = answered(trainer, config, request, number)
+        reply = answered(trainer, config, request, number, link)
         if rank() == 0:
             print(json.dumps({"request": number, **reply}), flush=True)
         if request["kind"] == "stop":

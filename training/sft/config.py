@@ -97,3 +97,14 @@ class DistributedConfig(BaseModel):
         "weight publish, or a checkpoint) before it stops them and fails naming the request: the bound when "
         "every rank hangs at once, which no collective notices. Larger than one update of your model takes.",
     )
+    torchrun_at_one_rank: bool = Field(
+        default=False,
+        description="With nproc_per_node 1, still train on one torchrun rank, the trainer's own process, instead "
+        "of in the flow's: the flow then holds no model, as when the trainer runs as its own Job (infra/). One "
+        "rank is not sharded (FSDP2 starts at two), so the result is the in-process one exactly.",
+    )
+
+    @property
+    def launches_ranks(self) -> bool:
+        """Whether the loop runs under torchrun rather than in the flow's process."""
+        return self.nproc_per_node > 1 or self.torchrun_at_one_rank
