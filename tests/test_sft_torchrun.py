@@ -1,8 +1,9 @@
 """The SFT stage under `torchrun --nproc_per_node 2` (FSDP2 on CPU, gloo) ends where one process does.
 
-Same tiny Llama, data and seed three ways: one process in this test (the reference, checkpoints at
-steps 2 and 4), two ranks from scratch, and two ranks resuming from the one-process step-2
-checkpoint (so the sharded resume path and the shared checkpoint layout are both exercised).
+Same tiny Llama, data and seed four ways: one process in this test (the reference, checkpoints at
+steps 2 and 4), two ranks from scratch, two ranks resuming from the one-process step-2
+checkpoint (so the sharded resume path and the shared checkpoint layout are both exercised), and
+one torchrun rank (`distributed.torchrun_at_one_rank`: unsharded, so bit for bit the one process).
 """
 
 import json
@@ -42,14 +43,14 @@ def _write_rows(path):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def _torchrun(config, tmp_path, name):
-    """Launch the documented entry point on 2 CPU ranks; return rank 0's per-step metrics."""
+def _torchrun(config, tmp_path, name, nproc=2):
+    """Launch the documented entry point on `nproc` CPU ranks; return rank 0's per-step metrics."""
     config_file = tmp_path / f"{name}.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("WORLD_SIZE", None)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "passband.training.sft.launch", str(config_file)],
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                           str(nproc), "-m", "passband.training.sft.launch", str(config_file)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -85,6 +86,7 @@ def test_two_ranks_match_one_process(tmp_path, monkeypatch):
                                                           "resume_from": tmp_path / "one" / "step_000002"}),
                                 tmp_path, "resumed")
     assert sorted(resumed_metrics) == [3, 4]
+    one_rank_metrics = _torchrun(config.model_copy(update={"out_dir": tmp_path / "one_rank"}), tmp_path, "one_rank", 1)
 
     one = load_file(tmp_path / "one" / "step_000004" / "model.safetensors")
     print("steps' micro-batches", num_micro_batches)
@@ -103,6 +105,9 @@ def test_two_ranks_match_one_process(tmp_path, monkeypatch):
         for step, metrics in (two_metrics if name == "two" else resumed_metrics).items():
             for key in ("loss", "grad_norm", "num_loss_tokens", "padding_fraction", "lr"):
                 assert metrics[key] == pytest.approx(one_metrics[step][key], rel=1e-5), (name, step, key)
+    one_rank = load_file(tmp_path / "one_rank" / "step_000004" / "model.safetensors")
+    assert sorted(one_rank) == sorted(one) and all(torch.equal(one_rank[k], one[k]) for k in one)
+    assert {step: m["loss"] for step, m in one_rank_metrics.items()} == {step: m["loss"] for step, m in one_metrics.items()}
     one_adam = torch.load(tmp_path / "one" / "step_000002" / "optimizer.pt", weights_only=True)
     two_adam = torch.load(tmp_path / "two" / "step_000002" / "optimizer.pt", weights_only=True)
     assert two_adam["param_groups"][0]["params"] == one_adam["param_groups"][0]["params"]
