@@ -86,7 +86,18 @@ def _task_runs(prefix, after):
             start_time=TaskRunFilterStartTime(after_=datetime.fromtimestamp(after, timezone.utc))))
 
 
-def test_rollouts_on_a_task_worker_match_the_in_process_run(server, tmp_path, monkeypatch):
+@pytest.fixture
+def one_thread():
+    """Fewer intra-op threads than cores, as an earlier test in the suite may leave them
+    (test_flow_evaluate): the one torchrun rank must take the flow's count, or its float reductions
+    split otherwise (measured: vllm_kl 1e-8 apart at iteration 2)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_rollouts_on_a_task_worker_match_the_in_process_run(server, tmp_path, monkeypatch, one_thread):
     digit_task(tmp_path, monkeypatch, "test-rl-rollout-workers")
     launched = []
 

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from passband.tasks.host.processes import terminate_group
-from passband.tasks.steps.sft_torchrun import RANK_ENV
+from passband.tasks.steps.sft_torchrun import ranks_env
 from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
@@ -154,7 +154,7 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
                          collective_timeout_s=distributed.collective_timeout_s)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
-    env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}
+    env = ranks_env(nproc_per_node)
     if engine.weight_transfer == "nccl":  # the flow's engine keeps the first GPU; the ranks take the next ones
         env["CUDA_VISIBLE_DEVICES"] = ranks_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), nproc_per_node)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc_per_node),

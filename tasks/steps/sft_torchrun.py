@@ -30,6 +30,20 @@ from passband.training.sft.packing import SFTExample
 RANK_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+def ranks_env(nproc_per_node: int) -> dict[str, str]:
+    """The environment torchrun and its ranks start with: this process's, less RANK_ENV. One rank
+    (distributed.torchrun_at_one_rank) gets this process's intra-op thread count, so its float
+    reductions split across threads as the in-process trainer's do and the two runs stay equal bit
+    for bit (torch's default is every core; a flow may run with fewer). Several ranks keep
+    torchrun's own default of one thread each unless OMP_NUM_THREADS is set."""
+    import torch
+
+    env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}
+    if nproc_per_node == 1:
+        env["OMP_NUM_THREADS"] = str(torch.get_num_threads())
+    return env
+
+
 def torchrun_stage(stage: StageConfig, examples: list[SFTExample], start_dir: str, resume_from: Path | None,
                    distributed: DistributedConfig, work_dir: Path, on_metrics: MetricsCallback,
                    on_checkpoint: CheckpointCallback) -> None:
@@ -46,7 +60,7 @@ def torchrun_stage(stage: StageConfig, examples: list[SFTExample], start_dir: st
     nproc_per_node = distributed.nproc_per_node
     config_file = work_dir / "launch.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))
-    env = {k: v for k, v in os.environ.items() if k not in RANK_ENV}
+    env = ranks_env(nproc_per_node)
     stderr_file = work_dir / "ranks.stderr"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                str(nproc_per_node), "-m", "passband.training.sft.launch", str(config_file)]
