@@ -231,7 +231,7 @@ def _engine_config(config: RLConfig, problems: dict[str, list[dict]], model_dir:
         return config.engine
     from passband.training.engines.kv_cache import rollout_kv_cache_gib
 
-    gib = rollout_kv_cache_gib(Path(model_dir), config.engine.dtype, tokenizer,
+    gib = rollout_kv_cache_gib(Path(model_dir), config.engine.resolved_dtype(), tokenizer,
                                [row["prompt"] for rows in problems.values() for row in rows], config.system_prompt,
                                config.prompts_per_step * config.group_size, config.sampling.max_tokens,
                                config.engine.max_model_len)

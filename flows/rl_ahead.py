@@ -156,5 +156,5 @@ def publish_update(model: Any, config: RLConfig, root: Path, version: int) -> No
     is not touched: the thread loads what it needs when it needs it)."""
     from passband.training.weights.versions import publish_version
 
-    publish_version(model, root, version, config.engine.dtype, config.engine.lm_head_fp32,
+    publish_version(model, root, version, config.engine.resolved_dtype(), config.engine.lm_head_fp32,
                     keep=versions_to_keep(config.rollout.max_off_policy_steps))

@@ -50,7 +50,7 @@ def test_a_partial_nested_config_keeps_what_its_parent_chose() -> None:
     rl = resolve_config(RLConfig, "rl", None, None, ["engine.release_weights_while_training=false"])
     assert (rl.engine.kv_cache_gib, rl.engine.in_process, rl.engine.release_weights_while_training) == \
         ("batch", True, False)
-    assert rl.engine.dtype == "bfloat16"  # a class default stays a class default
+    assert rl.engine.dtype == "auto"  # a class default stays a class default
     rl = resolve_config(RLConfig, "rl", None, None, ["engine.in_process=false"])
     assert (rl.engine.kv_cache_gib, rl.engine.in_process) == ("batch", False)  # --set still wins
     pipeline = resolve_config(PipelineConfig, "pipeline", "demo", None, ["rl.engine.dtype=float32"])

@@ -22,9 +22,10 @@ SAMPLING_FIELDS = {"temperature", "top_p", "max_tokens", "stop"}
 
 
 def _key(n: int, max_tokens: int, top_k: int = 1) -> dict:
-    """A shard key's settings as the old flat pass-rate config spelled them (vLLM, bf16, T=1)."""
+    """A shard key's settings as the old flat pass-rate config spelled them (vLLM, bf16, T=1), the
+    dtype as `auto` decides it here (bf16 where it is native, so there the key is the old one)."""
     return {"n": n, "top_k": top_k, "temperature": 1.0, "top_p": 1.0, "max_tokens": max_tokens, "stop": [],
-            "seed": 0, "engine_kind": "vllm", "engine_dtype": "bfloat16"}
+            "seed": 0, "engine_kind": "vllm", "engine_dtype": EngineConfig().resolved_dtype()}
 
 
 def _keys(config: CurateConfig) -> tuple[dict, dict, dict]:

@@ -43,7 +43,7 @@ def test_gpu_preset_engines_use_the_device(flow: str) -> None:
     for where, engine in engines.items():
         colocated = where == "engine" and flow == "rl" or where == "rl.engine"
         assert (engine.kind, engine.dtype, engine.enforce_eager, engine.kv_cache_gib) == (
-            "vllm", "bfloat16", False, None), f"{flow}: {where}"
+            "vllm", "auto", False, None), f"{flow}: {where}"  # auto: bf16 on CUDA
         assert engine.memory_fraction == (0.4 if colocated else 0.85), f"{flow}: {where}"
         assert engine.max_model_len == 4096, f"{flow}: {where}"
 

@@ -53,7 +53,7 @@ class ShardSampling(BaseModel):
     engine_kind: str
     """EngineConfig.kind: the two engines sample differently from the same seed."""
     engine_dtype: str
-    """EngineConfig.dtype."""
+    """EngineConfig.resolved_dtype(): what the engine runs in (`auto` decided by the flow's machine)."""
 
     def key_fields(self) -> dict[str, Any]:
         """The settings as the shard key hashes them (a flat mapping: the keys, hence the shards'

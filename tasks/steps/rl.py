@@ -128,7 +128,7 @@ def push_weights(model: Any, engine: RolloutEngine, engine_config: EngineConfig,
     `scratch/weights` in the engine's dtype (training/weights/versions.py, the path rollout workers
     in other processes load from; one version kept here), then reloaded in place."""
     root = scratch / "weights"
-    publish_version(model, root, version, engine_config.dtype, engine_config.lm_head_fp32, keep=1)
+    publish_version(model, root, version, engine_config.resolved_dtype(), engine_config.lm_head_fp32, keep=1)
     load_version(engine, root, version)
 
 

