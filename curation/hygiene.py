@@ -12,6 +12,7 @@ import unicodedata
 from pydantic import Field
 
 from passband.curation.config import CurationConfig
+from passband.curation.grading.texts import compared_text, problem_of
 from passband.curation.minhash import band_keys, lsh_rows_per_band, minhash_permutations, minhash_signature, shingle_hashes
 from passband.curation.rows import quarantine
 from passband.curation.suites.math_suite import question_of
@@ -30,8 +31,10 @@ def normalize_text(text: str) -> str:
 def question_key(prompt: str) -> str:
     """What makes two prompts the same problem: the normalized text without the math suite's
     answer-format instruction ("What is 2 + 5? Put the final answer in \\boxed{}." and "What is
-    2 + 5? Answer with just the number." share a key). Exact-match decontamination compares these."""
-    return normalize_text(question_of(prompt.strip()))
+    2 + 5? Answer with just the number." share a key). A proof-grading prompt's key is its problem
+    X's: grading a solution of a question is asking it. Exact-match decontamination compares these."""
+    problem = problem_of(prompt.strip())
+    return normalize_text(question_of(prompt.strip() if problem is None else problem.strip()))
 
 
 def question_keys(prompt: str | list[dict[str, str]]) -> list[str]:
@@ -117,6 +120,7 @@ def remove_near_duplicates(
     removed and the reported value is exact. Short prompts want a small n: with n=3, changing
     one word of a 40-token prompt leaves a Jaccard of about 0.85; with n=5, about 0.76.
     Removed rows carry "near_duplicate_of:<id> jaccard=0.91" (the most similar kept row).
+    A proof-grading prompt is compared without its rubric (curation/grading/texts.py compared_text).
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"remove_near_duplicates: threshold must be in (0, 1], got {threshold}")
@@ -129,7 +133,7 @@ def remove_near_duplicates(
     rows, removed = _split_missing_text(rows, field)
     kept = []
     for row in rows:
-        row_shingles = shingles(tokenize(row[field]), ngram)
+        row_shingles = shingles(tokenize(compared_text(row[field])), ngram)
         keys = band_keys(minhash_signature(shingle_hashes(row_shingles), permutations), rows_per_band)
         candidates = sorted({index for key in keys for index in buckets.get(key, ())})
         best_index, best_similarity = None, 0.0
@@ -166,7 +170,8 @@ def decontaminate(
     A row is removed when its overlap with any eval prompt reaches `threshold`, with reason
     "contaminated:<eval id> overlap=0.85" (the highest overlap). An eval prompt shorter than
     `ngram` tokens counts as one n-gram of its own length. n=13 suits long texts; the short
-    prompts of small-model suites need a smaller n, e.g. 8.
+    prompts of small-model suites need a smaller n, e.g. 8. A proof-grading prompt (row or eval) is
+    compared without its rubric (curation/grading/texts.py compared_text).
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"decontaminate: threshold must be in (0, 1], got {threshold}")
@@ -176,7 +181,7 @@ def decontaminate(
     index: dict[int, dict[tuple[str, ...], list[int]]] = {}
     num_eval_shingles = []
     for eval_index, eval_row in enumerate(eval_rows):
-        tokens = tokenize(eval_row[eval_field])
+        tokens = tokenize(compared_text(eval_row[eval_field]))
         if not tokens:
             raise ValueError(f"decontaminate: eval row {eval_row.get('id')!r} has an empty {eval_field!r}")
         eval_shingles = shingles(tokens, ngram)
@@ -193,7 +198,7 @@ def decontaminate(
         if same is not None:
             removed.append(quarantine(row, f"contaminated:{same.get('id')} same question"))
             continue
-        tokens = tokenize(row[field])
+        tokens = tokenize(compared_text(row[field]))
         num_hits: dict[int, int] = {}
         for length, by_gram in index.items():
             for gram in ngrams(tokens, length):

@@ -117,9 +117,9 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
             if config.baseline is not None:
                 evaluations |= _baseline(config, baseline_dir, eval_sets, k_sets, judges)
         model, baseline = evaluations[MODEL_LABEL], evaluations.get(BASELINE_LABEL)
-        metrics = evaluation_metrics(model)
+        metrics = evaluation_metrics(model, eval_sets)
         if baseline is not None:
-            metrics |= baseline_metrics(model, baseline, config.gap_k or config.sampling.n)
+            metrics |= baseline_metrics(model, baseline, config.gap_k or config.sampling.n, eval_sets)
             # base_ppl: the baseline on the model's outputs; baseline/ppl_own: on its own, the reference.
             metrics |= perplexities_on_samples(baseline_dir, {
                 "base_ppl": spread_subset(model.rows, config.perplexity_samples),

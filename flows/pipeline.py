@@ -212,7 +212,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     from passband.tasks.stages.stage import stage_run
     from passband.training.evaluation.k_curve import k_curve_entries
     from passband.training.evaluation.results import (best_checkpoint, mean_score, pass_at_1_table,
-                                                      results_markdown, table_rows)
+                                                      results_markdown, score_error_markdown, table_rows)
 
     start = time.perf_counter()
     statistic = config.best_metric
@@ -242,6 +242,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         k_curve = k_curve_entries(evaluations["rl"].metrics)
         results, claim_metrics = results_markdown(
             table, statistic, k_curve if config.evaluate.k_curve is not None else None, config.claims)
+        errors, error_metrics = score_error_markdown({label: summary.metrics for label, summary in evaluations.items()})
+        results += f"\n\n{errors}" if errors else ""
         get_run_logger().info("\n%s", results)
         publish_markdown(results, f"held-out {statistic} of base, SFT and RL with 95% intervals and deltas")
         publish_table(table_rows(table, statistic),
@@ -250,7 +252,7 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
         best = best_checkpoint(table, statistic)
         version = _register(config, run, best, checkpoints[best], runs[best], mean_score(table, statistic, best),
                             outputs)
-        metrics = {**table, **{f"rl/{name}": value for name, value in k_curve.items()}, **claim_metrics,
+        metrics = {**table, **{f"rl/{name}": value for name, value in k_curve.items()}, **claim_metrics, **error_metrics,
                    "wall_s": time.perf_counter() - start}
         tracking.log_metrics(metrics, step=0, run_id=run_id)
         tracking.set_tags({"best_checkpoint": checkpoints[best], "registered_model":

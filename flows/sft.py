@@ -1,6 +1,7 @@
 """The `sft` flow: curriculum SFT in stages, each from the previous stage's final checkpoint.
 
-Per stage: load its datasets (curated artifacts, local chat files, or built-in worked math),
+Per stage: load its datasets (curated artifacts, local chat files, or built-in worked math or
+proof-grading analyses),
 mix by weight and band, drop eval prompts, chat-encode with the rollout template, train with
 packing and the chunked loss (training.sft.loop), committing checkpoints manifest-last. A rerun
 skips completed stages and continues a broken one from its last checkpoint (tasks/steps/sft.py). With
@@ -54,6 +55,26 @@ class WorkedMathSource(Config):
     rest (a large eval split at difficulty 0 leaves few number-theory questions)."""
 
 
+class WorkedAnalysisSource(Config):
+    """Built-in SFT data for a proof-grading verifier: generated triples (problem, worked solution with
+    one injected defect, score) with the analysis a perfect verifier writes as the completion (the
+    defect's step named, then the score it earns), each checked by the grading verifier with the
+    defect check on (curation/grading/analyses.py). Never a held-out problem."""
+
+    num_examples: int = Field(200, ge=1)
+    """Triples to write analyses for (the defect kinds in turn: a third each of scores 1, 0.5 and 0)."""
+    difficulty: int = Field(0, ge=0, le=2)
+    """Math suite difficulty of the problems (0-2: chains a small verifier can follow)."""
+    subdomains: list[str] | None = None
+    """Math sub-domains of the problems (default: all five)."""
+    seed: int = 0
+    """Seed of the triples; the held-out problems are skipped whatever it is."""
+    balanced: bool = True
+    """Every sub-domain gives an equal share, an error when one runs out of problems outside the
+    held-out ones; off, a sub-domain that runs out leaves the cycle (difficulty 0 holds 361 distinct
+    problems with a worked chain, only 31 of them combinatorics)."""
+
+
 class SFTConfig(Config):
     """Curriculum SFT: stages in order, each starting from the previous stage's final checkpoint."""
 
@@ -63,10 +84,13 @@ class SFTConfig(Config):
         name="format", datasets={"worked_math": 1.0}, max_length=384, num_steps=10, lr=3e-5,
         warmup_steps=2, batch_tokens=2048, micro_batch_tokens=768, loss_chunk_size=256,
         activation_checkpointing=True)]
-    """The curriculum. A stage's dataset names are keys of `generated`, dataset artifact URIs
+    """The curriculum. A stage's dataset names are keys of `generated` or `worked_analyses`, dataset artifact URIs
     (file://, s3://; e.g. curate's sft_stage1) or local .jsonl/.parquet chat-format files."""
     generated: dict[str, WorkedMathSource] = {"worked_math": WorkedMathSource()}
     """Built-in data sources by name; only those a stage names are generated."""
+    worked_analyses: dict[str, WorkedAnalysisSource] = {}
+    """Built-in proof-grading analyses by name (names apart from `generated`'s); only those a stage
+    names are generated."""
     eval: EvalConfig | None = EvalConfig(
         suites={"math": ProblemSource(suite="math", num_problems=32, seed=1000, difficulty=0, answer_format="boxed")},
         verifiers={"math": {"answer_format": "boxed"}}, sampling=SamplingConfig(n=4, temperature=0.6, max_tokens=96))
@@ -93,6 +117,9 @@ class SFTConfig(Config):
         names = [stage.name for stage in self.stages]
         if not names:
             raise ValueError("stages is empty")
+        both = sorted(set(self.generated) & set(self.worked_analyses))
+        if both:
+            raise ValueError(f"generated and worked_analyses both name {both}: a dataset name means one source")
         bad = [name for name in names if not _STAGE_NAME.fullmatch(name)]
         if bad or len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique and use letters, digits and ._- (got {names})")
@@ -103,12 +130,14 @@ def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> di
     """Each dataset name the stages use -> the URI or path its rows are read from."""
     from passband.tasks.reporting import tracking
     from passband.tasks.artifacts.datasets import read_table
-    from passband.tasks.steps.sft_data import commit_worked_math
+    from passband.tasks.steps.sft_data import commit_worked_analyses, commit_worked_math
 
     refs: dict[str, str] = {}
     for name in dict.fromkeys(name for stage in config.stages for name in stage.datasets):
         if name in config.generated:
             refs[name] = commit_worked_math(config.generated[name].model_dump(), eval_prompts)
+        elif name in config.worked_analyses:
+            refs[name] = commit_worked_analyses(config.worked_analyses[name].model_dump(), eval_prompts)
         else:
             refs[name] = name
         if refs[name].startswith(("file://", "s3://")):
@@ -203,7 +232,8 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         eval_prompts = _held_out_prompts(config, eval_sets, run_id)
         refs = _dataset_refs(config, eval_prompts, run_id)
         # datasets this run built are outputs; those it was given by URI are its inputs
-        outputs = {f"data_{name}": ref for name, ref in refs.items() if name in config.generated}
+        outputs = {f"data_{name}": ref for name, ref in refs.items()
+                   if name in config.generated or name in config.worked_analyses}
 
         start_from, start_dir, step_offset = config.model, model_dir, 0
         trained: list[tuple[float, float]] = []  # (tokens_per_s, peak_memory_mb) of the stages that ran steps

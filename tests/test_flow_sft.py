@@ -214,3 +214,22 @@ def test_held_out_questions_are_not_trained_on_in_another_format(harness, tmp_pa
     contaminated = [row["prompt"] for row in quarantined if row["removed_reason"] == "asks a question of the eval set"]
     # the mix takes all 20 file rows and 20 worked rows (equal weights): exactly the 10 copies go
     assert sorted(contaminated) == sorted(copies)
+
+
+def test_sft_commits_worked_analyses_and_reads_them_back_as_chat_rows(harness, tmp_path, monkeypatch):
+    from passband.curation.grading.analyses import worked_analysis
+    from passband.curation.grading.triples import generate_triples
+    from passband.curation.hygiene import asks_held_out, held_out_keys
+    from passband.tasks.steps.sft_data import commit_worked_analyses, load_dataset_rows
+
+    monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root"))
+    config = SFTConfig.model_validate({"worked_analyses": {"analyses": {"num_examples": 12, "seed": 3}},
+                                       "generated": {"worked_math": None}})
+    held = generate_triples(6, 0, 0)
+    uri = commit_worked_analyses.fn(config.worked_analyses["analyses"].model_dump(), [row["prompt"] for row in held])
+    rows, bad = load_dataset_rows.fn(uri)
+    assert bad == [] and len(rows) == 12
+    assert all(row["completion"] == worked_analysis(row["reference"]) for row in rows)
+    assert not any(asks_held_out(row["prompt"], held_out_keys([r["prompt"] for r in held])) for row in rows)
+    with pytest.raises(ValueError, match=r"generated and worked_analyses both name \['worked_math'\]"):
+        SFTConfig.model_validate({"worked_analyses": {"worked_math": {"num_examples": 2}}})

@@ -6,6 +6,8 @@ model learns the format from verified examples before RL): each one earns reward
 defect check on (tests/test_grading_triples.py).
 """
 
+from collections.abc import Callable
+
 from passband.curation.grading.texts import EVALUATION_PHRASE, SCORE_PHRASE
 
 ISSUES = {
@@ -22,3 +24,24 @@ def worked_analysis(reference: dict) -> str:
     kind = reference["defect"]
     issues = "No issues found." if kind == "complete" else f"Issue in step {reference['defect_step']}: {ISSUES[kind]}."
     return f"{EVALUATION_PHRASE}\n{issues}\n{SCORE_PHRASE} \\boxed{{{reference['score']:g}}}"
+
+
+def worked_analysis_rows(num_examples: int, seed: int, difficulty: int = 0, subdomains: list[str] | None = None,
+                         balanced: bool = True,
+                         excluded: Callable[[str], bool] = lambda _question: False) -> tuple[list[dict], list[dict]]:
+    """(verified rows, quarantined rows): `num_examples` generated triples (curation/grading/triples.py,
+    with `seed`; none of whose problems is `excluded`, e.g. an eval set's) with the worked analysis of
+    each as `completion`. A row is verified when its analysis earns reward 1 with the defect check
+    on; one that does not comes back quarantined with the verifier's detail."""
+    from passband.curation.grading.reward import verify_grading
+    from passband.curation.rows import quarantine
+    from passband.curation.grading.triples import generate_triples
+
+    triples = generate_triples(num_examples, seed, difficulty, subdomains, balanced=balanced, excluded=excluded)
+    rows = [{**row, "id": f"worked-{row['id']}", "completion": worked_analysis(row["reference"]),
+             "source": f"worked-analysis-d{difficulty}"} for row in triples]
+    results = verify_grading([row["completion"] for row in rows], [row["reference"] for row in rows],
+                             meta="defect_check")
+    kept = [row for row, result in zip(rows, results) if result.status == "pass"]
+    failed = [quarantine(row, f"verifier {result.status}: {result.detail}") for row, result in zip(rows, results) if result.status != "pass"]
+    return kept, failed

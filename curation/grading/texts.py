@@ -57,7 +57,29 @@ Answer in exactly this form:
 
 def grading_prompt(problem: str, solution: str) -> str:
     """The verifier's prompt: the rubric, the problem X and the solution Y."""
-    return f"{RUBRIC}\n\nProblem:\n{problem}\n\nSolution:\n{solution}"
+    return f"{GRADING_PROMPT_HEAD}{problem}\n\nSolution:\n{solution}"
+
+
+GRADING_PROMPT_HEAD = f"{RUBRIC}\n\nProblem:\n"
+"""How every grading prompt begins: `problem_of` reads X back from what follows."""
+
+
+def problem_of(prompt: str) -> str | None:
+    """The problem X of a prompt `grading_prompt` rendered, None for any other prompt.
+
+    Decontamination compares a grading prompt by its X (curation/hygiene.py question_key): a
+    triple that grades a worked solution of an eval question gives that question's answer away."""
+    if not prompt.startswith(GRADING_PROMPT_HEAD):
+        return None
+    problem, separator, _ = prompt[len(GRADING_PROMPT_HEAD):].partition("\n\nSolution:\n")
+    return problem if separator else None
+
+
+def compared_text(prompt: str) -> str:
+    """What duplicate and overlap checks compare of a prompt: a grading prompt's problem and
+    solution, without the rubric every grading prompt shares (on its own it makes any two of them
+    near duplicates, Jaccard 0.8-0.9 at 3-grams); any other prompt whole."""
+    return prompt[len(GRADING_PROMPT_HEAD):] if problem_of(prompt) is not None else prompt
 
 
 def meta_prompt(problem: str, solution: str, analysis: str) -> str:

@@ -13,6 +13,7 @@ through `defects` by row, and where it goes is drawn from a generator seeded by 
 """
 
 import random
+from collections.abc import Callable
 
 from passband.curation.grading.labels import DEFECT_SCORES, DefectKind
 from passband.curation.grading.steps import chain_for, plan_defect, render_solution
@@ -31,9 +32,10 @@ MAX_UNUSABLE_DRAWS = 1000  # consecutive problems without a chain after which a 
 
 def generate_triples(num_problems: int, seed: int, difficulty: int = 0, subdomains: list[str] | None = None,
                      defects: tuple[DefectKind, ...] | list[DefectKind] = DEFECT_CYCLE,
-                     balanced: bool = True) -> list[dict]:
+                     balanced: bool = True, excluded: Callable[[str], bool] = lambda _question: False) -> list[dict]:
     """`num_problems` rows {id, task, subdomain, prompt, reference, source, difficulty, problem,
-    solution, answer}, the reference {"score", "defect", "defect_step"}."""
+    solution, answer}, the reference {"score", "defect", "defect_step"}; no problem X whose question
+    is `excluded` (e.g. held out) is drawn."""
     if not 0 <= difficulty <= MAX_DIFFICULTY:
         raise ValueError(f"grading triples: difficulty must be in 0..{MAX_DIFFICULTY}, got {difficulty}")
     unknown = [kind for kind in defects if kind not in DEFECT_SCORES]
@@ -60,7 +62,8 @@ def generate_triples(num_problems: int, seed: int, difficulty: int = 0, subdomai
                 f"{drawn} for {num_problems}; ask for fewer, a higher difficulty, or an unbalanced draw")
 
     drawn = draw_round_robin(chosen, draw, key=lambda item: item[0].question, num=num_problems,
-                             max_duplicate_draws=MAX_DUPLICATE_DRAWS, exhausted_message=exhausted, balanced=balanced)
+                             max_duplicate_draws=MAX_DUPLICATE_DRAWS, exhausted_message=exhausted, balanced=balanced,
+                               excluded=excluded)
     rows = []
     for index, (subdomain, (problem, chain)) in enumerate(drawn):
         kind = defects[index % len(defects)]

@@ -2,7 +2,8 @@
 
 A stage names its datasets (training.sft.config.StageConfig.datasets). Each name is resolved:
 - a key of the flow's `generated` block -> built-in worked math solutions (curation.worked_math),
-  committed as a Parquet artifact so the run records exactly which data it trained on;
+  or of `worked_analyses` -> built-in proof-grading analyses (curation.grading.analyses), committed
+  as a Parquet artifact so the run records exactly which data it trained on;
 - an artifact URI (file://, s3://) -> a committed Parquet dataset, e.g. the curation flow's
   `sft_stage1` output;
 - anything else -> a local .jsonl/.parquet file of chat-format rows (training.sft.sources).
@@ -30,20 +31,39 @@ from passband.training.sft.packing import SFTExample
 ARTIFACT_SCHEMES = ("file://", "s3://")
 
 
+def _commit_generated(kind: str, spec: dict[str, Any], held_out: frozenset[str], rows: list[dict],
+                      failed: list[dict]) -> str:
+    """Commit generated SFT rows of `kind` (keyed by their spec and the held-out questions they
+    avoid); a row that failed its verifier stops the run, naming it."""
+    from passband.curation.suites.rows import rows_to_table
+
+    if failed:
+        raise ValueError(f"{kind.replace('_', ' ')}: {len(failed)} generated completions fail their verifier, "
+                         f"first: {failed[0]['id']}: {failed[0]['removed_reason']}")
+    config = {kind: spec, "held_out": config_hash({"questions": sorted(held_out)})}
+    key = f"datasets/sft-{kind.replace('_', '-')}/{config_hash(config)[:24]}"
+    return commit_table(rows_to_table(rows), key, "sft", config)
+
+
 @task(name="generate-worked-math", retries=2, retry_delay_seconds=2)
 def commit_worked_math(spec: dict[str, Any], decontaminate_prompts: list[str]) -> str:
     """Generate, verify and commit worked math rows that ask no held-out question; return the URI."""
-    from passband.curation.suites.rows import rows_to_table
     from passband.curation.worked_math import worked_math_rows
 
     held_out = held_out_keys(decontaminate_prompts)
-    rows, failed = worked_math_rows(**spec, exclude_questions=held_out)
-    if failed:
-        raise ValueError(f"worked math: {len(failed)} template completions fail the verifier, "
-                         f"first: {failed[0]['prompt']!r}: {failed[0]['removed_reason']}")
-    config = {"worked_math": spec, "held_out": config_hash({"questions": sorted(held_out)})}
-    key = f"datasets/sft-worked-math/{config_hash(config)[:24]}"
-    return commit_table(rows_to_table(rows), key, "sft", config)
+    return _commit_generated("worked_math", spec, held_out, *worked_math_rows(**spec, exclude_questions=held_out))
+
+
+@task(name="generate-worked-analyses", retries=2, retry_delay_seconds=2)
+def commit_worked_analyses(spec: dict[str, Any], decontaminate_prompts: list[str]) -> str:
+    """Generate, verify and commit proof-grading analyses of triples whose problem no held-out prompt
+    asks (a grading prompt asks its problem: curation.hygiene.question_key); return the URI."""
+    from passband.curation.grading.analyses import worked_analysis_rows
+    from passband.curation.hygiene import question_key
+
+    held_out = held_out_keys(decontaminate_prompts)
+    return _commit_generated("worked_analyses", spec, held_out, *worked_analysis_rows(
+        **spec, excluded=lambda question: question_key(question) in held_out))
 
 
 @task(name="load-sft-dataset", retries=2, retry_delay_seconds=2)

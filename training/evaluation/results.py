@@ -14,6 +14,8 @@ from passband.training.evaluation.k_curve import k_curve_markdown
 CHECKPOINTS = ("base", "sft", "rl")
 """The checkpoints of a pipeline run, in table order; the first is the baseline of the deltas."""
 CANDIDATES = ("sft", "rl")
+SCORE_ERROR = "score_error"
+"""A proof-grading verifier's mean |s' - s| (training/evaluation/grading.py), tabled beside pass@1."""
 """The checkpoints the best is chosen among (base is what they improve on)."""
 
 
@@ -64,19 +66,18 @@ def table_rows(table: dict[str, float], statistic: str) -> list[dict[str, float 
 
 
 def format_table(table: dict[str, float], statistic: str) -> str:
-    """Markdown: each checkpoint's value [95% interval], then each delta against base [interval],
-    with `*` where the delta's interval excludes 0."""
-    sets = sorted(headline_scores(table, statistic, CHECKPOINTS[0]))
+    """Markdown: each checkpoint's value [95% interval] ("-" where it has none), then each delta
+    against base [interval], with `*` where the delta's interval excludes 0."""
+    sets = sorted({name for c in CHECKPOINTS for name in headline_scores(table, statistic, c)})
     deltas = [c for c in CHECKPOINTS if sets and f"{c}/delta/{sets[0]}/{statistic}" in table]
     header = [f"held-out {statistic}", *CHECKPOINTS, *(f"{c} - base" for c in deltas)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    nan = float("nan")
     for name in sets:
         cells = [name]
         for c in CHECKPOINTS:
             key = f"{c}/{name}/{statistic}"
-            cells.append(f"{table.get(key, nan):.3f} [{table.get(key + '_ci_low', nan):.3f}, "
-                         f"{table.get(key + '_ci_high', nan):.3f}]")
+            cells.append(f"{table[key]:.3f} [{table[key + '_ci_low']:.3f}, {table[key + '_ci_high']:.3f}]"
+                         if key in table else "-")
         for c in deltas:
             key = f"{c}/delta/{name}/{statistic}"
             low, high = table[key + "_ci_low"], table[key + "_ci_high"]
@@ -85,6 +86,23 @@ def format_table(table: dict[str, float], statistic: str) -> str:
     if deltas:
         lines.append("\n[lo, hi]: 95% interval over problems; *: the paired delta's interval excludes 0.")
     return "\n".join(lines)
+
+
+def score_error_markdown(metrics_by_checkpoint: dict[str, dict[str, float]]) -> tuple[str, dict[str, float]]:
+    """(A verifier's mean |s' - s| per checkpoint with its interval, and the share of samples whose
+    score could be read, as Markdown; the same as metrics `{checkpoint}/{set}/score_error...` and
+    `{checkpoint}/{set}/parsed_rate`). Empty when no eval set is a proof-grading one."""
+    table = pass_at_1_table(metrics_by_checkpoint, SCORE_ERROR)
+    parsed = {f"{label}/{name}": value for label, metrics in metrics_by_checkpoint.items()
+              for name, value in metrics.items() if name.count("/") == 1 and name.endswith("/parsed_rate")}
+    if not parsed:
+        return "", {}
+    sets = sorted({key.split("/")[1] for key in parsed})
+    rates = "; ".join(f"{name}: " + ", ".join(f"{c} {parsed[f'{c}/{name}/parsed_rate']:.3f}" for c in CHECKPOINTS
+                                              if f"{c}/{name}/parsed_rate" in parsed) for name in sets)
+    return (f"### Verifier score error: mean |s' - s| over the samples whose score could be read\n\n"
+            f"{format_table(table, SCORE_ERROR)}\n\nShare of samples whose score could be read: {rates}.",
+            {**table, **parsed})
 
 
 def results_markdown(table: dict[str, float], statistic: str, k_curve: dict[str, float] | None,
