@@ -80,6 +80,9 @@ def test_up_and_down_start_and_stop_our_services(tmp_path: Path) -> None:
         assert len(pids) == 2
         doctor = passband("doctor", cwd=tmp_path, env=env, timeout=120)
         assert "prefect-server         running" in doctor.stdout
+        from passband.training.engines import EngineConfig
+
+        assert f"engine dtype (auto): {EngineConfig().resolved_dtype()}" in doctor.stdout
     finally:
         result = passband("down", cwd=tmp_path, env=env, timeout=120)
     assert "stopped prefect-server" in result.stdout and "stopped mlflow-ui" in result.stdout

@@ -129,6 +129,10 @@ def doctor_report() -> str:
     import torch
 
     lines.append(f"cuda available: {torch.cuda.is_available()}")
+    from passband.training.engines import EngineConfig
+
+    # what `engine.dtype: auto` runs in here: fp32 where bf16 matmul is only emulated (AVX2-only CPUs)
+    lines.append(f"engine dtype (auto): {EngineConfig().resolved_dtype()}")
     from passband.curation.verifiers.sandbox import sandbox_mode
 
     lines.append("code sandbox: {} ({})".format(*sandbox_mode()))
