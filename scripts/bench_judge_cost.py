@@ -10,7 +10,9 @@ smollm2-135m-instruct by default, or a trained verifier (the `grading` pipeline 
 checkpoint URI). Prints per run: seconds per RL iteration (mean over iterations), judge samples per
 rollout, the batch reward; the judged/programmatic ratio of seconds per iteration; and how often the
 judge's verdict (pass: every read analysis scored 1) agreed with the math verifier's on the judged
-run's rollouts, recomputed here from the judge's logged texts.
+run's rollouts, recomputed here from the judge's logged texts, with the judge's mean score on the
+rollouts the math verifier passes and on those it fails (a judge that tells them apart scores the
+first higher; one that never passes anything agrees on every failed rollout and tells nothing).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ def main() -> None:
                           "judge_samples_per_rollout": sum(judge_samples) / (rollouts * len(seconds)) if judge_samples else 0.0}
         if judges:
             references = {row["id"]: row["reference"] for row in source.load().rows}
-            agree = total = 0
+            agree = total = read = 0
+            mean_score: dict[bool, list[float]] = {True: [], False: []}  # by the math verifier's verdict
             with tempfile.TemporaryDirectory() as tmp:
                 for artifact in client.list_artifacts(summary.mlflow_run_id, "judge"):
                     path = client.download_artifacts(summary.mlflow_run_id, artifact.path, tmp)
@@ -71,7 +74,12 @@ def main() -> None:
                     for record, result in zip(records, truth):
                         agree += (record["status"] == "pass") == (result.status == "pass")
                         total += 1
-            results[label]["agreement_with_math_verifier"] = agree / total
+                        scores = [s for s in record["judge_scores"] if s is not None]
+                        read += bool(scores)
+                        if scores:
+                            mean_score[result.status == "pass"].append(sum(scores) / len(scores))
+            results[label] |= {"agreement_with_math_verifier": agree / total, "read": read / total,
+                               "score_if_right": _mean(mean_score[True]), "score_if_wrong": _mean(mean_score[False])}
     program, judged = results["program"], results["judge"]
     print("\n| reward from | seconds / RL iteration | judge samples / rollout | batch reward |")
     print("|---|---|---|---|")
@@ -79,7 +87,13 @@ def main() -> None:
         print(f"| {label} | {r['s_per_iteration']:.1f} | {r['judge_samples_per_rollout']:.2f} | {r['reward']:.3f} |")
     print(f"\njudged / programmatic seconds per iteration: {judged['s_per_iteration'] / program['s_per_iteration']:.2f}x; "
           f"the judge's verdict agreed with the math verifier on {judged['agreement_with_math_verifier']:.1%} "
-          f"of its rollouts (judge {args.judge}, {args.judge_n} analyses of <= {args.judge_tokens} tokens each)")
+          f"of its rollouts (judge {args.judge}, {args.judge_n} analyses of <= {args.judge_tokens} tokens each); "
+          f"rollouts with a read analysis {judged['read']:.1%}; the judge's mean score on rollouts the math verifier "
+          f"passes {judged['score_if_right']:.3f}, fails {judged['score_if_wrong']:.3f}")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 if __name__ == "__main__":
