@@ -1,7 +1,7 @@
 """The `evaluate` flow: a checkpoint (and optionally a baseline) on held-out sets -> pass@k per
 task and sub-domain, the sampling-efficiency gap, base perplexity on the candidate's outputs,
 a report table, the samples, and a pass@k curve plot (docs/recipe.md section 8); with `k_curve`,
-pass@k up to k = n on a subset for the model and the baseline: did the model narrow or expand?"""
+pass@k up to k = n on a subset for the model and the baseline: did the model narrow, sharpen or expand?"""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
                 f"{BASELINE_LABEL}/ppl_own": spread_subset(baseline.rows, config.perplexity_samples)})
         if config.k_curve:
             metrics |= k_curve_comparison(evaluations[K_CURVE + MODEL_LABEL],
-                                          evaluations.get(K_CURVE + BASELINE_LABEL), config.k_curve.n)
+                                          evaluations.get(K_CURVE + BASELINE_LABEL), config.k_curve)
         tracking.log_metrics(metrics, step=0, run_id=stage.run_id)
         for label, evaluation in evaluations.items():
             logger.info("%s: %s", label,

@@ -153,7 +153,7 @@ def _evaluate_config(config: PipelineConfig, outputs: dict[str, dict[str, str]],
                      base_samples: str | None) -> EvaluateConfig:
     """The evaluate stage's config for one checkpoint. SFT and RL compare against the base evaluation's
     own samples, not a fresh draw; the base itself has no baseline (one in the evaluate preset would
-    only sample it twice); the k-curve asks whether RL narrowed or expanded: base and RL only."""
+    only sample it twice); the k-curve asks whether RL narrowed, sharpened or expanded: base and RL only."""
     if label == "base":
         comparison: dict[str, Any] = {"baseline": None, "baseline_samples": None}
     else:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from passband.training.evaluation.k_curve import (DIRECTION_CODES, KCurveConfig, curve_ks, direction,
-                                                  k_curve_markdown, k_curve_metrics, k_curve_subset)
+                                                  k_curve_markdown, k_curve_metrics, k_curve_subset,
+                                                  problems_needed)
 from passband.training.evaluation.paired import paired_delta_curve
 from passband.training.evaluation.pass_at_k import pass_at_k, per_problem_pass_at_k
 from passband.training.evaluation.report import build_report, compare_rows
@@ -56,10 +57,23 @@ def test_subset_keeps_the_first_problems_of_every_set() -> None:
 
 
 def test_direction_reads_the_interval() -> None:
-    assert direction(-0.2, -0.01) == "narrowing"
-    assert direction(0.01, 0.3) == "expanding"
-    assert direction(-0.1, 0.1) == "no call"
-    assert direction(0.0, 0.2) == "no call"  # touching 0 is not excluding it
+    rose, flat = (0.05, 0.2), (-0.05, 0.1)  # pass@1 intervals: above 0, and including it
+    assert direction((-0.2, -0.01), rose, 0.15) == "narrowing"
+    assert direction((0.01, 0.3), rose, 0.15) == "expanding"
+    assert direction((0.01, 0.3), flat, 0.15) == "expanding"  # pass@n rose: pass@1 is not asked
+    assert direction((-0.1, 0.1), rose, 0.15) == "sharpening"  # a rise of 0.15 is excluded
+    assert direction((-0.1, 0.1), flat, 0.15) == "no call"  # nothing rose: nothing was sharpened
+    assert direction((-0.1, 0.15), rose, 0.15) == "no call"  # touching the margin is not excluding it
+    assert direction((-0.1, 0.2), rose, 0.15) == "no call"
+    assert direction((0.0, 0.2), rose, 0.15) == "no call"  # touching 0 is not excluding it
+    assert direction((-0.1, 0.2), rose, 0.25) == "sharpening"
+
+
+def test_problems_needed_scales_as_the_inverse_square_of_the_half_width() -> None:
+    # 40 problems at +-0.2: +-0.1 needs 4 x 40; never fewer than were measured
+    assert problems_needed(40, -0.1, 0.3, 0.1) == 160
+    assert problems_needed(40, -0.1, 0.3, 0.15) == 72  # ceil(40 x (0.2 / 0.15)^2 = 71.1)
+    assert problems_needed(40, -0.05, 0.05, 0.1) == 40
 
 
 def rows(counts: list[int], n: int = N, task: str = "math") -> list[dict]:
@@ -75,7 +89,7 @@ def test_metrics_of_a_hand_computed_case() -> None:
     # model. pass@2 of base on problem 0: 1 - C(8,2)/C(16,2) = 1 - 28/120.
     base, model = rows([8, 0]), rows([16, 0])
     deltas = compare_rows(base, model, num_permutations=100)
-    metrics = k_curve_metrics(build_report(model), build_report(base), deltas, curve_ks(N))
+    metrics = k_curve_metrics(build_report(model), build_report(base), deltas, curve_ks(N), margin=0.15)
     assert metrics["k_curve/math/pass@1"] == pytest.approx(0.5)
     assert metrics["k_curve/baseline/math/pass@1"] == pytest.approx(0.25)
     assert metrics["k_curve/baseline/math/pass@2"] == pytest.approx((1 - 28 / 120) / 2)
@@ -86,7 +100,27 @@ def test_metrics_of_a_hand_computed_case() -> None:
     assert {key.rsplit("@", 1)[1] for key in metrics if key.startswith("k_curve/math/pass@")
             and key[-1].isdigit()} == {"1", "2", "4", "8", "16"}
     table = k_curve_markdown(metrics, "base", "rl")
-    assert "| math | 16 | 0.500 [" in table and "no call: the pass@16 interval includes 0" in table
+    # pass@16 change 0 over 2 problems (one tie, one tie): [0, 0] lies below 0.15, and pass@1 rose by
+    # 0.25, but over 2 problems its interval [0, 0.5] touches 0: nothing is called
+    assert metrics["k_curve/delta/math/pass@1_ci_low"] <= 0.0
+    assert "| math | 16 | 0.500 [" in table and "no call: pass@16 rises by less than 0.15, but pass@1 did not rise" in table
+
+
+def test_the_reading_says_how_many_problems_would_call_it() -> None:
+    # 40 problems, pass@16 change +0.05 [-0.15, +0.25] (+-0.2): it includes 0 and reaches the margin.
+    # At +0.05, sharpening needs +-0.10 (0.15 - 0.05) and expanding +-0.05: the wider target, 0.10,
+    # needs 40 x (0.2 / 0.1)^2 = 160 problems.
+    metrics = {"k_curve/margin": 0.15, "k_curve/math/num_problems": 40.0, "k_curve/math/direction": 0.0}
+    for k, (delta, low, high) in ((1, (0.2, 0.1, 0.3)), (16, (0.05, -0.15, 0.25))):
+        key = f"k_curve/delta/math/pass@{k}"
+        metrics |= {key: delta, key + "_ci_low": low, key + "_ci_high": high, key + "_p_value": 0.5}
+        for label in ("", "baseline/"):
+            metrics |= {f"k_curve/{label}math/pass@{k}": 0.5, f"k_curve/{label}math/pass@{k}_ci_low": 0.4,
+                        f"k_curve/{label}math/pass@{k}_ci_high": 0.6}
+    table = k_curve_markdown(metrics, "base", "rl")
+    assert "no call: the pass@16 interval includes 0 and reaches +0.15; at this change about 160 problems" in table
+    metrics["k_curve/math/direction"] = DIRECTION_CODES["sharpening"]
+    assert "sharpening: pass@1 rises and a pass@16 rise of 0.15 or more is excluded" in k_curve_markdown(metrics, "base", "rl")
 
 
 def simulated_counts(rates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -98,7 +132,7 @@ def call(base_rates: np.ndarray, model_rates: np.ndarray, seed: int) -> tuple[st
     rng = np.random.default_rng(seed)
     deltas = paired_delta_curve(simulated_counts(base_rates, rng), simulated_counts(model_rates, rng), N, [1, N],
                                 num_permutations=200)
-    return direction(deltas[1].ci_low, deltas[1].ci_high), deltas[0].delta
+    return direction((deltas[1].ci_low, deltas[1].ci_high), (deltas[0].ci_low, deltas[0].ci_high), 0.15), deltas[0].delta
 
 
 def test_direction_on_simulated_evaluations() -> None:
@@ -113,6 +147,11 @@ def test_direction_on_simulated_evaluations() -> None:
     assert narrowing == "narrowing" and pass1_gain > 0
     expanding, pass1_gain = call(base, expanded, seed=2)
     assert expanding == "expanding" and pass1_gain > 0
+    # sharpening that keeps pass@16: RL doubles the rate of every problem the base solves at all (so
+    # the set of problems reached at k = 16 barely moves) and leaves the never-solved ones unsolved
+    sharpened = np.where(base > 0.1, np.clip(base * 2.0, 0.0, 1.0), base)
+    sharpening, pass1_gain = call(base, sharpened, seed=3)
+    assert sharpening == "sharpening" and pass1_gain > 0
     # identical checkpoints: a call is a false positive; at 95% intervals about 5% of evaluations
     # make one (2.5% each way); measured over 300 simulated evaluations of 16 problems
     small = base[:16]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from passband.training.evaluation.evaluate import evaluation_of
+from passband.training.evaluation.k_curve import KCurveConfig
 from passband.training.evaluation.metrics import (baseline_metrics, evaluation_metrics, k_curve_comparison,
                                                   length_metrics)
 
@@ -47,10 +48,12 @@ def test_against_the_baseline() -> None:
 
 
 def test_k_curve_with_and_without_a_baseline() -> None:
-    alone = k_curve_comparison(MODEL, None, n=2)
+    # n = 2 is below KCurveConfig's floor of 16; model_construct skips validation for rows this small
+    config = KCurveConfig.model_construct(problems=2, n=2, sets=None, margin=0.15)
+    alone = k_curve_comparison(MODEL, None, config)
     assert (alone["k_curve/math/pass@1"], alone["k_curve/math/pass@2"], alone["k_curve/math/n"]) == (0.75, 1.0, 2.0)
     assert not [name for name in alone if "delta" in name or "baseline" in name]
-    paired = k_curve_comparison(MODEL, BASELINE, n=2)
+    paired = k_curve_comparison(MODEL, BASELINE, config)
     assert paired["k_curve/baseline/math/pass@2"] == 0.5
     assert paired["k_curve/delta/math/pass@2"] == pytest.approx(0.5)
-    assert "k_curve/math/direction" in paired
+    assert "k_curve/math/direction" in paired and paired["k_curve/margin"] == 0.15

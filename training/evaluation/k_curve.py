@@ -7,13 +7,20 @@ much or more), or by expanding what the model can reach (pass@large-k rises too)
 apart needs many samples per problem, so it is measured on a subset: the first `problems` problems
 of every eval set, `n` samples each, the same problems and per-request seeds for both checkpoints.
 
-The call reads the paired delta at the largest k (k = n): "narrowing" when its interval lies
-wholly below 0, "expanding" when wholly above, and "no call" otherwise. One test at one k, fixed in
-advance, rather than a search over k for a significant one.
+The call reads the paired delta at the largest k (k = n), one test at one k fixed in advance
+rather than a search over k for a significant one:
+- "expanding" when its interval lies wholly above 0;
+- "narrowing" when it lies wholly below 0;
+- "sharpening" when pass@1 rose (its paired interval wholly above 0) and the pass@n interval lies
+  below `margin`: pass@n may have moved a little either way, but a rise of `margin` or more is
+  excluded, so what RL gained it gained by making answers the base already reached more likely;
+- "no call" otherwise, with why: the pass@n interval is too wide to exclude a rise of `margin`, or
+  pass@1 did not rise. `problems_needed` says about how many problems would make it narrow enough.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,8 +29,8 @@ if TYPE_CHECKING:  # the config is imported by flow configs at CLI start-up: no 
     from passband.training.evaluation.report import EvalReport
 
 PREFIX = "k_curve"
-Direction = Literal["narrowing", "expanding", "no call"]
-DIRECTION_CODES: dict[str, float] = {"narrowing": -1.0, "no call": 0.0, "expanding": 1.0}
+Direction = Literal["narrowing", "sharpening", "expanding", "no call"]
+DIRECTION_CODES: dict[str, float] = {"narrowing": -1.0, "sharpening": -0.5, "no call": 0.0, "expanding": 1.0}
 """The call as a metric value (MLflow metrics are numbers)."""
 
 
@@ -33,14 +40,20 @@ class KCurveConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     problems: int = Field(16, ge=2)
-    """The first N problems of every eval set (all of a smaller set). Intervals are over problems,
-    so fewer than ~16 leaves most calls at "no call"."""
+    """The first N problems of every eval set (all of a smaller set). Intervals are over problems:
+    per problem pass@n is about 0 or 1, so the paired change's half-width is about
+    2 sqrt((b + c - (b - c)^2) / N), b and c the shares of problems gained and lost. Size N so that
+    a change of `margin` would exclude 0 (the report's "problems needed" says what a run asked for)."""
     n: int = Field(16, ge=16)
     """Samples per problem: pass@k is reported for k = 1, 2, 4, ..., n. At least 16, so that
     pass@large-k reaches past where one sample's luck decides it."""
     sets: list[str] | None = None
     """The eval sets to draw it on (None: all); a set no checkpoint solves (HumanEval at 135M)
     only costs time."""
+    margin: float = Field(0.15, gt=0.0, le=1.0)
+    """The smallest pass@n change the curve is sized to see. "Sharpening" needs the pass@n change's
+    interval to lie below it (a rise this large is excluded) while pass@1 rose; "no call" reports how
+    many problems would narrow the interval to it."""
 
 
 def curve_ks(n: int) -> list[int]:
@@ -60,21 +73,35 @@ def k_curve_subset(eval_sets: dict[str, list[dict[str, Any]]], config: KCurveCon
     return {name: rows[:config.problems] for name, rows in eval_sets.items() if config.sets is None or name in config.sets}
 
 
-def direction(ci_low: float, ci_high: float) -> Direction:
-    """The call from the interval of pass@n(model) - pass@n(baseline) (see the module docstring)."""
-    if ci_high < 0.0:
+def direction(pass_n: tuple[float, float], pass_1: tuple[float, float], margin: float) -> Direction:
+    """The call from the intervals (low, high) of pass@n(model) - pass@n(baseline) and of the same
+    at pass@1 (see the module docstring)."""
+    low, high = pass_n
+    if high < 0.0:
         return "narrowing"
-    if ci_low > 0.0:
+    if low > 0.0:
         return "expanding"
+    if pass_1[0] > 0.0 and high < margin:
+        return "sharpening"
     return "no call"
 
 
-def k_curve_metrics(model: EvalReport, baseline: EvalReport | None, deltas: list[dict], ks: list[int]) -> dict[str, float]:
+def problems_needed(num_problems: int, ci_low: float, ci_high: float, target_half_width: float) -> int:
+    """About how many problems would narrow an interval over `num_problems` problems, of half-width
+    (high - low) / 2, to `target_half_width`: half-widths shrink as 1 / sqrt(problems) at a fixed
+    per-problem spread."""
+    half_width = (ci_high - ci_low) / 2
+    # rounded first: 0.15 - 0.05 is 0.0999..., which would turn an exact 160 into 161
+    return max(num_problems, math.ceil(round(num_problems * (half_width / target_half_width) ** 2, 6)))
+
+
+def k_curve_metrics(model: EvalReport, baseline: EvalReport | None, deltas: list[dict], ks: list[int],
+                    margin: float) -> dict[str, float]:
     """Flat metrics of the curve at `ks`: `k_curve/<set>/pass@k` (+ `_ci_low`, `_ci_high`), the same
     under `k_curve/baseline/`, `k_curve/<set>/num_problems` and `/n`, the paired `k_curve/delta/<set>/pass@k` (+ interval, `_p_value`) from
-    `deltas` (report.compare_rows of baseline then model, grouped by eval set), and
-    `k_curve/<set>/direction` (DIRECTION_CODES) at the largest k."""
-    metrics: dict[str, float] = {}
+    `deltas` (report.compare_rows of baseline then model, grouped by eval set), and, at the largest
+    k, `k_curve/<set>/direction` (DIRECTION_CODES) under `margin` (also logged, `k_curve/margin`)."""
+    metrics: dict[str, float] = {f"{PREFIX}/margin": margin} if baseline is not None else {}
     for label, report in (("", model), ("baseline/", baseline)):
         if report is None:
             continue
@@ -85,13 +112,15 @@ def k_curve_metrics(model: EvalReport, baseline: EvalReport | None, deltas: list
                 key = f"{PREFIX}/{label}{name}/pass@{k}"
                 metrics |= {key: group.pass_at_k[k - 1], f"{key}_ci_low": group.ci_low[k - 1],
                             f"{key}_ci_high": group.ci_high[k - 1]}
+    intervals = {(row["task"], row["k"]): (row["ci_low"], row["ci_high"]) for row in deltas}
     for row in deltas:
         if row["k"] in ks:
             key = f"{PREFIX}/delta/{row['task']}/pass@{row['k']}"
             metrics |= {key: row["delta"], f"{key}_ci_low": row["ci_low"], f"{key}_ci_high": row["ci_high"],
                         f"{key}_p_value": row["p_value"]}
         if row["k"] == max(ks):
-            metrics[f"{PREFIX}/{row['task']}/direction"] = DIRECTION_CODES[direction(row["ci_low"], row["ci_high"])]
+            call = direction(intervals[row["task"], max(ks)], intervals[row["task"], 1], margin)
+            metrics[f"{PREFIX}/{row['task']}/direction"] = DIRECTION_CODES[call]
     return metrics
 
 
@@ -128,20 +157,36 @@ def k_curve_markdown(metrics: dict[str, float], baseline_label: str, model_label
     n = ks[-1]
     lines += ["", f"| eval set | pass@1 change | pass@{n} change | reading |", "|---|---|---|---|"]
     for name in sets:
-        call = direction(metrics[f"{PREFIX}/delta/{name}/pass@{n}_ci_low"],
-                         metrics[f"{PREFIX}/delta/{name}/pass@{n}_ci_high"])
-        reading = {"narrowing": f"narrowing: pass@{n} falls",
-                   "expanding": f"expanding: pass@{n} rises",
-                   "no call": f"no call: the pass@{n} interval includes 0"}[call]
         lines.append(f"| {name} | {cell(f'{PREFIX}/delta/{name}/pass@1', '+')} | "
-                     f"{cell(f'{PREFIX}/delta/{name}/pass@{n}', '+')} | {reading} |")
+                     f"{cell(f'{PREFIX}/delta/{name}/pass@{n}', '+')} | {_reading(metrics, name, n)} |")
     num_problems = {name: metrics.get(f"{PREFIX}/{name}/num_problems") for name in sets}
     lines += ["", f"pass@k of {model_label} and {baseline_label} on the same problems and seeds (first problems of "
               f"each eval set{_sizes(num_problems)}); [lo, hi]: 95% interval over problems; *: the paired "
-              f"delta's interval excludes 0. The reading uses pass@{n} only."]
+              f"delta's interval excludes 0. The reading uses the pass@{n} change, and pass@1's for sharpening."]
     return "\n".join(lines)
 
 
 def _sizes(num_problems: dict[str, float | None]) -> str:
     known = {name: int(v) for name, v in num_problems.items() if v is not None}
     return ": " + ", ".join(f"{name} {v}" for name, v in known.items()) if known else ""
+
+
+def _reading(metrics: dict[str, float], name: str, n: int) -> str:
+    """The call on one eval set in words; for "no call", why, and about how many problems would
+    make one at the change measured."""
+    margin = metrics[f"{PREFIX}/margin"]
+    code = metrics[f"{PREFIX}/{name}/direction"]
+    call = next(c for c, value in DIRECTION_CODES.items() if value == code)
+    if call != "no call":
+        return {"narrowing": f"narrowing: pass@{n} falls",
+                "expanding": f"expanding: pass@{n} rises",
+                "sharpening": f"sharpening: pass@1 rises and a pass@{n} rise of {margin:g} or more is excluded"}[call]
+    key = f"{PREFIX}/delta/{name}/pass@{n}"
+    change, low, high = metrics[key], metrics[key + "_ci_low"], metrics[key + "_ci_high"]
+    if high < margin:  # narrow enough, but pass@1 did not rise: nothing was sharpened
+        return f"no call: pass@{n} rises by less than {margin:g}, but pass@1 did not rise"
+    # at this change, sharpening needs the half-width under margin - change, expanding or narrowing under |change|
+    target = max(abs(change), margin - change)
+    needed = problems_needed(int(metrics[f"{PREFIX}/{name}/num_problems"]), low, high, target)
+    return (f"no call: the pass@{n} interval includes 0 and reaches +{margin:g}; "
+            f"at this change about {needed} problems would make a call")

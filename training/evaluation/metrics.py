@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from passband.training.evaluation.evaluate import Evaluation
 from passband.training.evaluation.grading import score_error_metrics
-from passband.training.evaluation.k_curve import curve_ks, k_curve_metrics
+from passband.training.evaluation.k_curve import KCurveConfig, curve_ks, k_curve_metrics
 from passband.training.evaluation.report import compare_rows, sampling_efficiency_gap
 
 BASELINE_PREFIX = "baseline"
@@ -54,8 +54,9 @@ def baseline_metrics(model: Evaluation, baseline: Evaluation, gap_k: int,
     return metrics
 
 
-def k_curve_comparison(model: Evaluation, baseline: Evaluation | None, n: int) -> dict[str, float]:
+def k_curve_comparison(model: Evaluation, baseline: Evaluation | None, config: KCurveConfig) -> dict[str, float]:
     """pass@k up to k = n on the k-curve subset, and the paired change against the baseline per k
-    (none without a baseline): narrowing or expanding."""
+    (none without a baseline): narrowing, sharpening or expanding."""
     deltas = compare_rows(by_eval_set(baseline.rows), by_eval_set(model.rows)) if baseline else []
-    return k_curve_metrics(model.report, baseline.report if baseline else None, deltas, curve_ks(n))
+    return k_curve_metrics(model.report, baseline.report if baseline else None, deltas, curve_ks(config.n),
+                           config.margin)
