@@ -72,8 +72,14 @@ def test_claims_are_counted() -> None:
     # no regression (every delta's high >= 0) for sft and rl on both sets: 4 of 4
     claims = ClaimsConfig(max_half_width=0.25, rl_gains=["math", "code"])
     results, metrics = results_markdown(table, "pass@1", None, claims)
-    assert results.endswith("11 of 12 claims hold.")
+    assert results.endswith("11 of 12 claims hold.\nNot checked against a spread of training seeds: these intervals "
+                            "say how precisely this run measured its checkpoints, not where a rerun lands "
+                            "(scripts/seed_spread.py).")
     assert metrics == {"claims/held": 11.0, "claims/checked": 12.0}
+    checked = claims.model_copy(update={"spread_check": "held in each of training seeds 0, 1, 2"})
+    results, _ = results_markdown(table, "pass@1", None, checked)
+    assert results.endswith("11 of 12 claims hold.\nChecked against a spread of training seeds: held in each of "
+                            "training seeds 0, 1, 2.")
 
 
 def test_k_curve_entries_are_the_k_curve_metrics() -> None:

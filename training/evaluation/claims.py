@@ -33,6 +33,12 @@ class ClaimsConfig(BaseModel):
     """Eval sets on which RL's paired delta against base must exclude 0 upwards."""
     no_regression: bool = True
     """No checkpoint's delta against base excludes 0 downwards on any eval set."""
+    spread_check: str | None = None
+    """Which training seeds these claims were checked against, and where (e.g. "held in each of
+    training seeds 0, 1, 2 at <commit>: docs/benchmarks.md"). A run's intervals say how precisely it
+    measured its own checkpoints, not where a rerun lands; the summary prints this beside the claims
+    so a reader knows whether a rerun is expected to keep them. None: checked against one run only
+    (the summary says so). `scripts/seed_spread.py` prints, per claim, the seeds it held in."""
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,14 @@ def check_claims(table: dict[str, float], statistic: str, sets: list[str], check
     return claims
 
 
-def format_claims(claims: list[Claim]) -> str:
-    """Markdown: one row per claim with the numbers and whether they support it."""
+def format_claims(claims: list[Claim], spread_check: str | None = None) -> str:
+    """Markdown: one row per claim with the numbers and whether they support it, then whether the
+    claims were checked against a spread of training seeds (ClaimsConfig.spread_check)."""
     lines = ["| claim | eval set | numbers | holds |", "|---|---|---|---|"]
     lines += [f"| {c.claim} | {c.eval_set} | {c.value} | {'yes' if c.holds else '**no**'} |" for c in claims]
     held = sum(c.holds for c in claims)
     lines.append(f"\n{held} of {len(claims)} claims hold.")
+    lines.append(f"Checked against a spread of training seeds: {spread_check}." if spread_check else
+                 "Not checked against a spread of training seeds: these intervals say how precisely this run "
+                 "measured its checkpoints, not where a rerun lands (scripts/seed_spread.py).")
     return "\n".join(lines)

@@ -116,5 +116,5 @@ def results_markdown(table: dict[str, float], statistic: str, k_curve: dict[str,
         return results, {}
     sets = sorted(headline_scores(table, statistic, CHECKPOINTS[0]))
     checked = check_claims(table, statistic, sets, list(CHECKPOINTS), claims)
-    results += "\n\n### Claims stated before the run\n\n" + format_claims(checked)
+    results += "\n\n### Claims stated before the run\n\n" + format_claims(checked, claims.spread_check)
     return results, {"claims/held": float(sum(c.holds for c in checked)), "claims/checked": float(len(checked))}
