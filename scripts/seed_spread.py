@@ -12,7 +12,8 @@ rollouts, and the SFT and RL evaluations.
 Prints, per eval set, each seed's base / SFT / RL pass@1 and gains, their mean and standard
 deviation across seeds beside the mean within-run 95% half-width, and whether each gain's interval
 excluded 0 in every seed; then each of the preset's claims with the seeds it held in (a claim worth
-stating holds in all of them), and each seed's wall time. --out writes the same as JSON.
+stating holds in all of them; record it in the preset's `claims.spread_check`), RL's k-curve call
+per seed, and each seed's wall time. --out writes the same as JSON.
 """
 
 from __future__ import annotations
@@ -69,13 +70,45 @@ def main() -> None:
         print("\n| claim | eval set | held in seeds |\n|---|---|---|")
         for (claim, eval_set), seeds in held_in.items():
             print(f"| {claim} | {eval_set} | {len(seeds)} of {len(args.seeds)} {seeds} |")
+    calls = k_curve_calls(tables)
+    if calls:
+        print("\n| seed | eval set | pass@1 change | pass@n change | call |\n|---|---|---|---|---|")
+        for seed, rows in zip(args.seeds, calls):
+            for eval_set, pass_1, pass_n, call in rows:
+                print(f"| {seed} | {eval_set} | {pass_1} | {pass_n} | {call} |")
     for seed, wall, (held, checked) in zip(args.seeds, walls, claims):
         print(f"seed {seed}: wall {wall / 60:.1f} min, claims held {held} of {checked}")
     if args.out:
         args.out.write_text(json.dumps({"seeds": args.seeds, "preset": args.preset, "wall_s": walls,
                                         "claims": claims, "tables": tables,
                                         "claims_held_in": {f"{c} | {s}": seeds for (c, s), seeds in held_in.items()},
+                                        "k_curve_calls": calls,
                                         "spread": [asdict(s) for s in spreads]}, indent=1))
+
+
+def k_curve_calls(tables: list[dict[str, float]]) -> list[list[tuple[str, str, str, str]]]:
+    """Per seed, RL's k-curve against base on each set the pipeline drew it on (its `rl/k_curve/...`
+    metrics): the pass@1 and pass@n changes with their intervals, and the call, made here from those
+    intervals under the run's `k_curve/margin` (tables from before the margin was logged: the default)."""
+    from passband.training.evaluation.k_curve import KCurveConfig, direction
+
+    calls = []
+    for table in tables:
+        sets = sorted({key.split("/")[2] for key in table if key.startswith("rl/k_curve/") and key.endswith("/direction")})
+        n = max((int(key.rsplit("@", 1)[1]) for key in table
+                 if key.startswith("rl/k_curve/delta/") and key.rsplit("@", 1)[1].isdigit()), default=0)
+        rows = []
+        for eval_set in sets:
+            def change(k: int) -> str:
+                key = f"rl/k_curve/delta/{eval_set}/pass@{k}"
+                return f"{table[key]:+.3f} [{table[key + '_ci_low']:+.3f}, {table[key + '_ci_high']:+.3f}]"
+            def interval(k: int) -> tuple[float, float]:
+                key = f"rl/k_curve/delta/{eval_set}/pass@{k}"
+                return table[key + "_ci_low"], table[key + "_ci_high"]
+            margin = table.get("rl/k_curve/margin", KCurveConfig().margin)
+            rows.append((eval_set, change(1), change(n), direction(interval(n), interval(1), margin)))
+        calls.append(rows)
+    return calls
 
 
 if __name__ == "__main__":
