@@ -59,7 +59,10 @@ class EvaluateConfig(EvalConfig):
     """Sharpening or expansion: pass@k for k = 1, 2, 4, ..., n on the first `problems` problems of
     every set with `n` samples each, for the model and the baseline (same problems and seeds), with
     the paired change per k (training/evaluation/k_curve.py). With `baseline_samples`, the
-    baseline's k-curve rows come from there too. The pipeline runs it for base and RL, not SFT."""
+    baseline's k-curve rows come from there too. The evaluation takes the subset's first
+    `sampling.n` samples per problem as its own (with vLLM the same seeds it would use), so the
+    curve costs n - sampling.n extra samples per problem. The pipeline runs it for base and RL,
+    not SFT."""
     gap_k: int | None = Field(None, ge=1)
     """k of the sampling-efficiency gap pass@k(baseline) - pass@1(model); None: k = sampling.n."""
     force: bool = False
@@ -75,6 +78,9 @@ class EvaluateConfig(EvalConfig):
         if self.judges and self.shards.workers == "task_workers":
             raise ValueError("judges score samples on this process's judge engines; set shards.workers=local "
                              "(task-worker shards are keyed and verified without a judge)")
+        if self.k_curve and self.k_curve.n < self.sampling.n:
+            raise ValueError(f"k_curve.n={self.k_curve.n} is below sampling.n={self.sampling.n}: the evaluation takes "
+                             "its samples of the k-curve's problems from the k-curve; raise k_curve.n")
         if self.gap_k is not None and self.gap_k > self.sampling.n:
             raise ValueError(f"gap_k={self.gap_k} exceeds sampling.n={self.sampling.n}; lower gap_k or raise n")
         return self
@@ -159,19 +165,37 @@ def _baseline(config: EvaluateConfig, baseline_dir: str, eval_sets: dict[str, li
 def _sample(config: EvaluateConfig, label: str, model_ref: str, model_dir: str, eval_sets: dict[str, list[dict]],
             k_sets: dict[str, list[dict]], judges: dict) -> dict:
     """{label: the evaluation of `model_ref` (resolved to `model_dir`) on eval_sets, `k_curve/<label>`:
-    on the k-curve subset with k_curve.n samples (when configured)}."""
+    on the k-curve subset with k_curve.n samples (when configured)}.
+
+    The k-curve subset is sampled first, and the evaluation takes each subset problem's first
+    `sampling.n` samples instead of drawing them again: they are draws from the same checkpoint at
+    the same settings. With vLLM they are the very samples the evaluation would draw (sample j of a
+    keyed prompt is seeded seed + j, whatever n is, up to the logits' last bits in another batch);
+    the HF engine draws a prompt's n samples from one stream, so there they are other, equally
+    distributed draws. Only the other problems are sampled at `sampling.n`."""
     import time
 
     from prefect.logging import get_run_logger
 
+    from passband.training.evaluation.evaluate import evaluation_of
+
     start = time.perf_counter()
-    evaluations = {label: _evaluate(config, model_ref, model_dir, eval_sets, config.sampling, judges)}
-    sampled = time.perf_counter()
+    evaluations, rows = {}, []
     if config.k_curve:
-        evaluations[K_CURVE + label] = _evaluate(config, model_ref, model_dir, k_sets,
-                                                 config.sampling.model_copy(update={"n": config.k_curve.n}), judges)
+        curve = _evaluate(config, model_ref, model_dir, k_sets,
+                          config.sampling.model_copy(update={"n": config.k_curve.n}), judges)
+        evaluations[K_CURVE + label] = curve
+        rows = [row for row in curve.rows if row["sample_index"] < config.sampling.n]
+    sampled = time.perf_counter()
+    # k_curve_subset keeps a prefix of each set: the rest of the set is what is left to sample
+    rest = {name: problems[len(k_sets.get(name, ())):] for name, problems in eval_sets.items()}
+    rest = {name: problems for name, problems in rest.items() if problems}
+    if rest:
+        rows += _evaluate(config, model_ref, model_dir, rest, config.sampling, judges).rows
+    order = {name: index for index, name in enumerate(eval_sets)}  # the sets' own order, stable within a set
+    evaluations[label] = evaluation_of(sorted(rows, key=lambda row: order[row["eval_set"]]))
     # wall times go to the log, not the metrics: a rerun must reproduce the metrics exactly
-    get_run_logger().info("%s: engine + evaluation %.1f s, k-curve %.1f s", label, sampled - start,
+    get_run_logger().info("%s: k-curve %.1f s, the rest of the evaluation %.1f s", label, sampled - start,
                           time.perf_counter() - sampled)
     return evaluations
 

@@ -257,3 +257,40 @@ def test_the_fourth_task_evaluates_through_the_same_path(harness, smollm2_dir) -
             assert all(str(first[k]).lower() == str(v).lower() for k, v in fields.items()), row["text"]
     passes = [sum(r["status"] == "pass" for r in evaluation.rows if r["problem_id"] == p["id"]) for p in rows]
     assert evaluation.headline()["json/pass@1"] == pytest.approx(sum(c / 2 for c in passes) / 2)
+
+
+def test_the_k_curve_subset_supplies_the_evaluations_samples_of_its_problems(evaluated, smollm2_dir) -> None:
+    """The flow samples the k-curve subset (here m1, 16 samples) first and takes its first 3 samples
+    as the evaluation's for that problem, sampling only the other problems: their rows are the ones
+    one evaluate() of the whole sets drew (the `evaluated` fixture: the HF engine generates each
+    keyed prompt alone from its key's seed), in the sets' order."""
+    from prefect import flow
+
+    from passband.flows.evaluate import _sample
+    from passband.training.engines.keeper import ENGINES
+
+    config = EvaluateConfig(engine={"kind": "hf", "seed": 0}, sampling={"n": N, "temperature": 1.0, "max_tokens": 24,
+                                                                        "seed": 0},
+                            k_curve={"problems": 2, "n": 16})  # _sample is handed its subset below
+
+    @flow
+    def sample() -> dict:
+        with ENGINES.scope():
+            return _sample(config, "model", "smollm2-135m-instruct", str(smollm2_dir),
+                           {"arith": MATH_ROWS, "follow": IFEVAL_ROWS}, {"arith": MATH_ROWS[:1]}, {})
+
+    evaluations = sample()
+    fields = ("eval_set", "problem_id", "sample_index", "status", "text")
+
+    def keyed(rows: list[dict]) -> list[tuple]:
+        return [tuple(row[f] for f in fields) for row in rows]
+
+    curve = evaluations["k_curve/model"].rows
+    assert sorted((row["problem_id"], row["sample_index"]) for row in curve) == [("m1", j) for j in range(16)]
+    _, whole = evaluated
+    expected = keyed([row for row in curve if row["sample_index"] < N]) + keyed(
+        [row for row in whole if row["problem_id"] != "m1"])
+    assert keyed(evaluations["model"].rows) == expected
+    assert [row["problem_id"] for row in evaluations["model"].rows] == ["m1"] * N + ["m2"] * N + ["i1"] * N
+    with pytest.raises(ValueError, match="k_curve.n=16 is below sampling.n=17"):
+        EvaluateConfig(sampling={"n": 17}, k_curve={"n": 16})

@@ -79,7 +79,8 @@ def evaluate(
     covers every set (the engine batches across sets) and one grouped verification every sample.
     Each problem is seeded by its key `<set>/<problem id>` (with `sampling.seed`), not by its
     position: a problem gets the same samples in a larger or smaller set, in a shard of the sets
-    on a task worker, and in a k-curve subset (whose first n samples are the evaluation's n).
+    on a task worker, and in a k-curve subset (with vLLM, whose sample j is seeded seed + j for any
+    n, the subset's first n samples are the evaluation's n; the evaluate flow takes them from it).
     `judges` (task -> Judge) score those tasks' samples by a model instead of their verifier.
     """
     if not sets or any(not rows for rows in sets.values()):
