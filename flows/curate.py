@@ -46,7 +46,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
         start = time.perf_counter()
         train, evals = _load_and_hold_out(config)
         pool_sizes = {task_name: len(rows) for task_name, rows in train.items()}
-        outputs = {f"eval_{name}": _commit(rows, f"eval_{name}", "eval", run) for name, rows in evals.items()}
+        outputs = {f"eval_{name}": _commit_eval(rows, name, run) for name, rows in evals.items()}
         eval_rows = _eval_rows(config, evals)
         train, removed = _filter_pools(train, lambda rows: clean_pool(rows, eval_rows, config.hygiene), "hygiene")
         if config.prefilter.column:
@@ -196,18 +196,33 @@ def _report_rl_funnel(rl_sets: dict[str, list[dict]], empty_bands: list, funnel:
     return None
 
 
-def _commit(rows: list[dict], name: str, context: str, run: Any) -> str:
-    """Problem rows as a versioned Parquet artifact (an RL set typed even when empty), logged to MLflow."""
+def _commit(rows: list[dict], name: str, context: str, run: Any, key: str | None = None) -> str:
+    """Problem rows as a versioned Parquet artifact (an RL set typed even when empty), logged to
+    MLflow; at `key` (default: under this run's folder)."""
     from passband.curation.curate_rows import problems_table
     from passband.tasks.reporting import tracking
     from passband.tasks.artifacts.datasets import commit_table
 
     table = problems_table(rows, rl_columns=context == "training")
     # the producing run in the manifest: RL names it when this set is empty
-    uri = commit_table(table, f"datasets/curate/{run.run_id}/{name}", "curate", run.resolved,
+    uri = commit_table(table, key or f"datasets/curate/{run.run_id}/{name}", "curate", run.resolved,
                        extra={"mlflow_run_id": run.run_id})
     tracking.log_dataset(uri, name, context, table, run.run_id)
     return uri
+
+
+def _commit_eval(rows: list[dict], task_name: str, run: Any) -> str:
+    """A held-out split at a path named by its rows' content: curate runs that hold out the same rows
+    (another training seed, another pass-rate sampling) give the same URI, so what is keyed by it is
+    reused, the base model's evaluation above all (a new URI would sample the base again: 19 min of
+    the demo on a 2-core box)."""
+    import hashlib
+    import json
+
+    name = f"eval_{task_name}"
+    # default=str: a loaded dataset's rows may carry values JSON lacks (dates); their text is stable
+    content = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+    return _commit(rows, name, "eval", run, key=f"datasets/eval-splits/{content[:24]}/{name}")
 
 
 def _commit_sft(rows: list[dict], name: str, run: Any) -> str:

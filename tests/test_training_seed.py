@@ -80,6 +80,10 @@ def test_two_training_seeds_differ_in_training_only(tmp_path, monkeypatch) -> No
     for name in ("eval_math", "eval_code", "eval_ifeval"):
         assert read_table(first.outputs[f"curate.{name}"]).to_pylist() == \
             read_table(second.outputs[f"curate.{name}"]).to_pylist()
+        # named by their content, not by the curate run: in one home the base evaluation's stage
+        # key (which names them by URI) is the same, and the second seed reuses it
+        first_key, second_key = (run.outputs[f"curate.{name}"].split("/artifacts/", 1)[1] for run in (first, second))
+        assert first_key == second_key and first_key.startswith("datasets/eval-splits/")
     assert first_samples["evaluate-base"] == second_samples["evaluate-base"]
     assert {k: v for k, v in first.metrics.items() if k.startswith("base/")} == \
         {k: v for k, v in second.metrics.items() if k.startswith("base/")}
