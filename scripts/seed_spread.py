@@ -1,6 +1,7 @@
 """What another training run gives: the demo's training under several training seeds.
 
     .venv/bin/python scripts/seed_spread.py [--seeds 0 1 2] [--preset demo] [--home DIR] [--out FILE]
+    .venv/bin/python scripts/seed_spread.py --home DIR --runs 0=<mlflow run id> 1=<mlflow run id>
 
 Runs `pipeline --preset PRESET --set training_seed=S` once per seed, one after another, in one
 PASSBAND_HOME (default: a fresh temporary folder), so what the seed does not touch is computed
@@ -13,7 +14,9 @@ Prints, per eval set, each seed's base / SFT / RL pass@1 and gains, their mean a
 deviation across seeds beside the mean within-run 95% half-width, and whether each gain's interval
 excluded 0 in every seed; then each of the preset's claims with the seeds it held in (a claim worth
 stating holds in all of them; record it in the preset's `claims.spread_check`), RL's k-curve call
-per seed, and each seed's wall time. --out writes the same as JSON.
+per seed, and each seed's wall time. --out writes the same as JSON. --runs reports on pipeline
+runs that already finished in DIR (a run of this script stopped after some seeds), checking the
+preset's claims as they are now against each.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the spread and each seed's table as JSON")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="extra pipeline override, as `passband run --set`")
+    parser.add_argument("--runs", nargs="+", default=None, metavar="SEED=RUN_ID",
+                        help="report on finished pipeline runs of --home (their MLflow run ids) instead of "
+                             "running the seeds, e.g. when a run of this script was stopped after some seeds")
     args = parser.parse_args()
     os.environ["PASSBAND_HOME"] = str(args.home or tempfile.mkdtemp(prefix="passband-seed-spread-"))
     from passband.stack.local import prepare_environment
@@ -48,7 +54,12 @@ def main() -> None:
     from passband.training.evaluation.spread import seed_spread, spread_markdown
 
     tables, walls, claims = [], [], []
-    for seed in args.seeds:
+    if args.runs:
+        args.seeds = [int(pair.split("=")[0]) for pair in args.runs]
+        tables = [logged_table(pair.split("=")[1]) for pair in args.runs]
+        claims = [(table.get("claims/held"), table.get("claims/checked")) for table in tables]
+        walls = [float("nan")] * len(tables)
+    for seed in [] if args.runs else args.seeds:
         config = resolve_config(PipelineConfig, "pipeline", args.preset, None,
                                 [*args.overrides, f"training_seed={seed}"])
         start = time.perf_counter()
@@ -58,6 +69,7 @@ def main() -> None:
         claims.append((summary.metrics.get("claims/held"), summary.metrics.get("claims/checked")))
         print(f"seed {seed}: {walls[-1] / 60:.1f} min, claims held {claims[-1][0]} of {claims[-1][1]}", flush=True)
 
+    config = resolve_config(PipelineConfig, "pipeline", args.preset, None, args.overrides)
     spreads = seed_spread(tables, config.best_metric)
     print(f"\nPASSBAND_HOME={os.environ['PASSBAND_HOME']}\n")
     print(spread_markdown(spreads, args.seeds))
@@ -84,6 +96,17 @@ def main() -> None:
                                         "claims_held_in": {f"{c} | {s}": seeds for (c, s), seeds in held_in.items()},
                                         "k_curve_calls": calls,
                                         "spread": [asdict(s) for s in spreads]}, indent=1))
+
+
+def logged_table(run_id: str) -> dict[str, float]:
+    """A finished pipeline run's metrics as the pipeline returned them (MLflow logs `pass@k` as
+    `pass_at_k`: tracking.log_metrics)."""
+    from mlflow import MlflowClient
+
+    from passband.tasks.reporting.tracking import configure
+
+    configure()
+    return {name.replace("_at_", "@"): value for name, value in MlflowClient().get_run(run_id).data.metrics.items()}
 
 
 def k_curve_calls(tables: list[dict[str, float]]) -> list[list[tuple[str, str, str, str]]]:
