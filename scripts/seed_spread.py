@@ -120,16 +120,14 @@ def k_curve_calls(tables: list[dict[str, float]]) -> list[list[tuple[str, str, s
         sets = sorted({key.split("/")[2] for key in table if key.startswith("rl/k_curve/") and key.endswith("/direction")})
         n = max((int(key.rsplit("@", 1)[1]) for key in table
                  if key.startswith("rl/k_curve/delta/") and key.rsplit("@", 1)[1].isdigit()), default=0)
+        margin = table.get("rl/k_curve/margin", KCurveConfig().margin)
         rows = []
         for eval_set in sets:
-            def change(k: int) -> str:
-                key = f"rl/k_curve/delta/{eval_set}/pass@{k}"
-                return f"{table[key]:+.3f} [{table[key + '_ci_low']:+.3f}, {table[key + '_ci_high']:+.3f}]"
-            def interval(k: int) -> tuple[float, float]:
-                key = f"rl/k_curve/delta/{eval_set}/pass@{k}"
-                return table[key + "_ci_low"], table[key + "_ci_high"]
-            margin = table.get("rl/k_curve/margin", KCurveConfig().margin)
-            rows.append((eval_set, change(1), change(n), direction(interval(n), interval(1), margin)))
+            (d1, low1, high1), (dn, lown, highn) = (
+                (table[key], table[key + "_ci_low"], table[key + "_ci_high"])
+                for key in (f"rl/k_curve/delta/{eval_set}/pass@{k}" for k in (1, n)))
+            rows.append((eval_set, f"{d1:+.3f} [{low1:+.3f}, {high1:+.3f}]", f"{dn:+.3f} [{lown:+.3f}, {highn:+.3f}]",
+                         direction((lown, highn), (low1, high1), margin)))
         calls.append(rows)
     return calls
 
