@@ -112,8 +112,9 @@ def logged_table(run_id: str) -> dict[str, float]:
 def k_curve_calls(tables: list[dict[str, float]]) -> list[list[tuple[str, str, str, str]]]:
     """Per seed, RL's k-curve against base on each set the pipeline drew it on (its `rl/k_curve/...`
     metrics): the pass@1 and pass@n changes with their intervals, and the call, made here from those
-    intervals under the run's `k_curve/margin` (tables from before the margin was logged: the default)."""
-    from passband.training.evaluation.k_curve import KCurveConfig, direction
+    intervals and p-values under the run's `k_curve/margin` (tables from before the margin was logged:
+    the default)."""
+    from passband.training.evaluation.k_curve import Change, KCurveConfig, direction
 
     calls = []
     for table in tables:
@@ -123,11 +124,11 @@ def k_curve_calls(tables: list[dict[str, float]]) -> list[list[tuple[str, str, s
         margin = table.get("rl/k_curve/margin", KCurveConfig().margin)
         rows = []
         for eval_set in sets:
-            (d1, low1, high1), (dn, lown, highn) = (
-                (table[key], table[key + "_ci_low"], table[key + "_ci_high"])
+            (d1, change1), (dn, change_n) = (
+                (table[key], Change(table[key + "_ci_low"], table[key + "_ci_high"], table[key + "_p_value"]))
                 for key in (f"rl/k_curve/delta/{eval_set}/pass@{k}" for k in (1, n)))
-            rows.append((eval_set, f"{d1:+.3f} [{low1:+.3f}, {high1:+.3f}]", f"{dn:+.3f} [{lown:+.3f}, {highn:+.3f}]",
-                         direction((lown, highn), (low1, high1), margin)))
+            rows.append((eval_set, f"{d1:+.3f} [{change1.low:+.3f}, {change1.high:+.3f}]",
+                         f"{dn:+.3f} [{change_n.low:+.3f}, {change_n.high:+.3f}]", direction(change_n, change1, margin)))
         calls.append(rows)
     return calls
 

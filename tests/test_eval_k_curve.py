@@ -9,7 +9,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from passband.training.evaluation.k_curve import (DIRECTION_CODES, KCurveConfig, curve_ks, direction,
+from passband.training.evaluation.k_curve import (DIRECTION_CODES, Change, KCurveConfig, curve_ks, direction,
                                                   k_curve_markdown, k_curve_metrics, k_curve_subset,
                                                   problems_needed)
 from passband.training.evaluation.paired import paired_delta_curve
@@ -56,17 +56,41 @@ def test_subset_keeps_the_first_problems_of_every_set() -> None:
         k_curve_subset(sets, KCurveConfig(sets=["b", "c"]))
 
 
-def test_direction_reads_the_interval() -> None:
-    rose, flat = (0.05, 0.2), (-0.05, 0.1)  # pass@1 intervals: above 0, and including it
-    assert direction((-0.2, -0.01), rose, 0.15) == "narrowing"
-    assert direction((0.01, 0.3), rose, 0.15) == "expanding"
-    assert direction((0.01, 0.3), flat, 0.15) == "expanding"  # pass@n rose: pass@1 is not asked
-    assert direction((-0.1, 0.1), rose, 0.15) == "sharpening"  # a rise of 0.15 is excluded
-    assert direction((-0.1, 0.1), flat, 0.15) == "no call"  # nothing rose: nothing was sharpened
-    assert direction((-0.1, 0.15), rose, 0.15) == "no call"  # touching the margin is not excluding it
-    assert direction((-0.1, 0.2), rose, 0.15) == "no call"
-    assert direction((0.0, 0.2), rose, 0.15) == "no call"  # touching 0 is not excluding it
-    assert direction((-0.1, 0.2), rose, 0.25) == "sharpening"
+def test_direction_reads_the_interval_and_the_test() -> None:
+    # pass@1 changes: above 0 (p 0.001), and including 0
+    rose, flat = Change(0.05, 0.2, 0.001), Change(-0.05, 0.1, 0.4)
+    assert direction(Change(-0.2, -0.01, 0.01), rose, 0.15) == "narrowing"
+    assert direction(Change(0.01, 0.3, 0.01), rose, 0.15) == "expanding"
+    assert direction(Change(0.01, 0.3, 0.01), flat, 0.15) == "expanding"  # pass@n rose: pass@1 is not asked
+    assert direction(Change(-0.1, 0.1, 0.9), rose, 0.15) == "sharpening"  # a rise of 0.15 is excluded
+    assert direction(Change(-0.1, 0.1, 0.9), flat, 0.15) == "no call"  # nothing rose: nothing was sharpened
+    assert direction(Change(-0.1, 0.15, 0.5), rose, 0.15) == "no call"  # touching the margin is not excluding it
+    assert direction(Change(-0.1, 0.2, 0.5), rose, 0.15) == "no call"
+    assert direction(Change(0.0, 0.2, 0.05), rose, 0.15) == "no call"  # touching 0 is not excluding it
+    assert direction(Change(-0.1, 0.2, 0.5), rose, 0.25) == "sharpening"
+    # an interval off 0 that the sign-flip test does not back (p >= 0.05) is not a change, either way
+    assert direction(Change(0.001, 0.059, 0.125), rose, 0.15) == "sharpening"
+    assert direction(Change(0.001, 0.2, 0.125), rose, 0.15) == "no call"
+    assert direction(Change(-0.2, -0.001, 0.125), rose, 0.15) == "sharpening"  # not narrowing
+    assert direction(Change(-0.2, -0.001, 0.125), flat, 0.15) == "no call"
+    assert direction(Change(-0.1, 0.1, 0.9), Change(0.01, 0.2, 0.06), 0.15) == "no call"
+
+
+def test_a_handful_of_problems_gained_near_the_ceiling_is_not_expansion() -> None:
+    # The shape measured on the demo's code set (docs/benchmarks.md): of 135 problems the base solves
+    # 131 within 16 samples and RL all but one of those and 4 more. Per problem the pass@16 change is
+    # 1 on 4 problems and 0 on the rest: mean 4/135 = 0.0296, sample sd sqrt((4 - 135 x 0.0296^2) / 134)
+    # = 0.1700, t(134, 0.975) = 1.978, so the t interval is 0.0296 +- 1.978 x 0.1700 / sqrt(135)
+    # = [+0.0007, +0.0586]: off 0. The sign-flip test moves only the 4 nonzero changes: |mean| is as
+    # large as observed when all 4 share a sign, 2 of 16 patterns: p = 0.125.
+    base = [0] * 4 + [0] + [5] * 130
+    model = [16] * 4 + [0] + [12] * 130
+    pass_1, pass_16 = paired_delta_curve(base, model, N, [1, N], num_permutations=4000)
+    assert pass_16.delta == pytest.approx(4 / 135)
+    assert pass_16.ci_low == pytest.approx(0.0007, abs=2e-4) and pass_16.ci_high == pytest.approx(0.0586, abs=2e-4)
+    assert pass_16.p_value == pytest.approx(0.125, abs=0.02)  # 4000 random patterns: sd 0.005
+    changes = [Change(d.ci_low, d.ci_high, d.p_value) for d in (pass_1, pass_16)]
+    assert direction(changes[1], changes[0], 0.15) == "sharpening"  # not "expanding": the test does not back it
 
 
 def test_problems_needed_scales_as_the_inverse_square_of_the_half_width() -> None:
@@ -119,8 +143,16 @@ def test_the_reading_says_how_many_problems_would_call_it() -> None:
                         f"k_curve/{label}math/pass@{k}_ci_high": 0.6}
     table = k_curve_markdown(metrics, "base", "rl")
     assert "no call: the pass@16 interval includes 0 and reaches +0.15; at this change about 160 problems" in table
+    # an interval off 0 that the sign-flip test does not back: said, not read as "includes 0"
+    metrics |= {"k_curve/delta/math/pass@16_ci_low": 0.001, "k_curve/delta/math/pass@16_p_value": 0.125}
+    assert ("no call: the pass@16 interval excludes 0 but the sign-flip test does not (p = 0.125): too few "
+            "problems changed, and it reaches +0.15 |") in k_curve_markdown(metrics, "base", "rl")
     metrics["k_curve/math/direction"] = DIRECTION_CODES["sharpening"]
-    assert "sharpening: pass@1 rises and a pass@16 rise of 0.15 or more is excluded" in k_curve_markdown(metrics, "base", "rl")
+    assert "sharpening: pass@1 rises and a pass@16 rise of 0.15 or more is excluded |" in k_curve_markdown(metrics, "base", "rl")
+    # a baseline that solves 0.95 of the problems within 16 samples left at most 0.05 to reach: said
+    metrics["k_curve/baseline/math/pass@16"] = 0.95
+    assert ("excluded (the baseline already solves 0.950 within 16 samples: at most 0.050 was left to reach) |"
+            in k_curve_markdown(metrics, "base", "rl"))
 
 
 def simulated_counts(rates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -132,7 +164,8 @@ def call(base_rates: np.ndarray, model_rates: np.ndarray, seed: int) -> tuple[st
     rng = np.random.default_rng(seed)
     deltas = paired_delta_curve(simulated_counts(base_rates, rng), simulated_counts(model_rates, rng), N, [1, N],
                                 num_permutations=200)
-    return direction((deltas[1].ci_low, deltas[1].ci_high), (deltas[0].ci_low, deltas[0].ci_high), 0.15), deltas[0].delta
+    changes = [Change(d.ci_low, d.ci_high, d.p_value) for d in deltas]
+    return direction(changes[1], changes[0], 0.15), deltas[0].delta
 
 
 def test_direction_on_simulated_evaluations() -> None:
