@@ -78,7 +78,7 @@ def test_direction_reads_the_interval_and_the_test() -> None:
 
 def test_a_handful_of_problems_gained_near_the_ceiling_is_not_expansion() -> None:
     # The shape measured on the demo's code set (docs/benchmarks.md): of 135 problems the base solves
-    # 131 within 16 samples and RL all but one of those and 4 more. Per problem the pass@16 change is
+    # 130 within 16 samples, RL those 130 and 4 more, and neither the last one. Per problem the pass@16 change is
     # 1 on 4 problems and 0 on the rest: mean 4/135 = 0.0296, sample sd sqrt((4 - 135 x 0.0296^2) / 134)
     # = 0.1700, t(134, 0.975) = 1.978, so the t interval is 0.0296 +- 1.978 x 0.1700 / sqrt(135)
     # = [+0.0007, +0.0586]: off 0. The sign-flip test moves only the 4 nonzero changes: |mean| is as

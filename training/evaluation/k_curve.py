@@ -211,7 +211,7 @@ def _reading(metrics: dict[str, float], name: str, n: int) -> str:
     change, low, high = metrics[key], metrics[key + "_ci_low"], metrics[key + "_ci_high"]
     if high < margin:  # narrow enough, but pass@1 did not rise: nothing was sharpened
         return f"no call: pass@{n} rises by less than {margin:g}, but pass@1 did not rise"
-    if low > 0.0 or high < 0.0:  # the t interval excludes 0, the exact test does not
+    if low > 0.0:  # the t interval lies above 0, the exact test disagrees (one below 0 lies below margin too)
         return (f"no call: the pass@{n} interval excludes 0 but the sign-flip test does not "
                 f"(p = {metrics[key + '_p_value']:.3g}): too few problems changed, and it reaches +{margin:g}")
     # at this change, sharpening needs the half-width under margin - change, expanding or narrowing under |change|
