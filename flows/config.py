@@ -1,16 +1,27 @@
 """Configs: pydantic models that double as Prefect flow parameters, presets, and `--set` overrides.
 
 Resolution order, later wins: the model's defaults < the preset file
-(`flows/presets/<flow>/<preset>.yaml`) < a user config file (`--config`) < `--set a.b=value`.
-Every config model forbids unknown keys, so a typo fails fast with the field's dotted name.
-A map of configs (RLConfig.datasets, CurateConfig.tasks, ...) merges entry by entry over its
-default entries, and a `null` entry removes one (`--set datasets.code=null`).
+(`flows/presets/<flow>/<preset>.yaml`) < the user's config files (`--config`, repeatable, merged in
+the order given) < `--set a.b=value`. Every config model forbids unknown keys, so a typo fails fast
+with the field's dotted name, and a key written twice in one YAML file is an error naming both lines.
+
+Maps of configs (RLConfig.datasets, CurateConfig.tasks, the eval suites, ...), one rule:
+- a map written out in a user's config file is the whole map: it replaces the entries of the
+  defaults and the preset (so `datasets: {math: ...}` trains on math alone); so does any other
+  mapping setting a file writes (`task_weights`, `column_map`);
+- `--set` on one entry merges: `--set datasets.math.num_problems=10` keeps `code` and `ifeval`, and
+  an entry given partially keeps what its default entry set; a `null` entry removes one
+  (`--set datasets.code=null`, in plain maps too: `--set evaluate.datasets.code=null`);
+- presets compose by merging (`extends`, `include`), as they always have.
+A list entry is set by its index: `--set stages.0.lr=1e-4`.
 """
 
 from __future__ import annotations
 
+import re
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,14 +72,42 @@ def read_preset(flow: str, preset: str) -> dict[str, Any]:
         merged = read_preset(base_flow, base_preset)
     for section, ref in (data.pop("include", None) or {}).items():
         other_flow, _, other_preset = str(ref).partition("/")
-        merged[section] = read_preset(other_flow, other_preset)
+        # the including flow (the pipeline) sets its stages' models and baselines from its own `model`
+        merged[section] = {key: value for key, value in read_preset(other_flow, other_preset).items()
+                           if key not in INCLUDING_FLOW_SETS}
     return deep_merge(merged, data)
+
+
+INCLUDING_FLOW_SETS = ("model", "baseline")
+"""Settings of an included preset that the including flow sets itself (pipeline.STAGE_MODELS)."""
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, first_line: int, second_line: int) -> None:
+        super().__init__(f"key {key!r} written twice, at lines {first_line} and {second_line} "
+                         f"(YAML would keep the second and drop the first without a word): keep one")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping (`safe_load` keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in first_line:
+                raise _DuplicateKey(key, first_line[key], key_node.start_mark.line + 1)
+            if isinstance(key, typing.Hashable):
+                first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 def load_yaml(text: str, where: str) -> Any:
     """`text` parsed as YAML; ConfigError on one line, naming `where` and the problem's position."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as err:
+        raise ConfigError(f"{where}: {err}") from err
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -77,7 +116,14 @@ def load_yaml(text: str, where: str) -> Any:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    data = load_yaml(path.read_text(), str(path)) or {}
+    """A YAML file's top-level mapping; ConfigError on one line for a file that is not UTF-8 YAML."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a YAML text file (not UTF-8 at byte {err.start}); "
+                          f"a config is a YAML file like `passband config FLOW` prints") from err
+    data = load_yaml(text, str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -143,19 +189,27 @@ def default_entries(model: type[BaseModel], name: str, defaults: BaseModel | Non
 
 
 def merge_layer(model: type[BaseModel], data: dict[str, Any], layer: dict[str, Any],
-                defaults: BaseModel | None = None) -> dict[str, Any]:
+                defaults: BaseModel | None = None, whole_maps: bool = False) -> dict[str, Any]:
     """`layer` merged over `data` as deep_merge does, except that a map of configs `data` does not
     hold yet starts from its default entries, so `--set datasets.math.num_problems=10` keeps `code`
     and `ifeval`, and an entry given as a partial mapping keeps what its default entry set. A
     `null` entry stays until validation drops it (without_removed_entries), so a later layer can
     bring it back. `defaults` is the default instance of the section being merged (None: the model's
-    own defaults), so the pipeline's `rl` merges over RLConfig's maps as `passband config rl` does."""
+    own defaults), so the pipeline's `rl` merges over RLConfig's maps as `passband config rl` does.
+    `whole_maps` (a user's config file): a map of configs the layer writes out replaces the map.
+    A mapping of indices over a list field sets those entries (`--set stages.0.lr=1e-4`)."""
     merged = dict(data)
     for name, value in layer.items():
         field = model.model_fields.get(name)
         base = merged.get(name)
         if field is None or not isinstance(value, dict) or not value:  # unknown (validation names it), a value, or {}
             merged[name] = value
+        elif whole_maps and typing.get_origin(field.annotation) is dict:
+            merged[name] = value
+        elif typing.get_origin(field.annotation) is list and all(isinstance(key, int) for key in value):
+            merged[name] = _merge_list_entries(name, base if isinstance(base, list) else
+                                               _dumped(field_default(model, name, defaults)), value,
+                                               config_class(typing.get_args(field.annotation)[0]))
         elif (entries := entry_class(field.annotation)) is not None:
             fresh = default_entries(model, name, defaults)
             merged[name] = dict(base if isinstance(base, dict) else fresh)
@@ -167,18 +221,50 @@ def merge_layer(model: type[BaseModel], data: dict[str, Any], layer: dict[str, A
         elif (section := config_class(field.annotation)) is not None:
             default = field_default(model, name, defaults)
             merged[name] = merge_layer(section, base if isinstance(base, dict) else {}, value,
-                                       default if isinstance(default, BaseModel) else None)
+                                       default if isinstance(default, BaseModel) else None, whole_maps)
         else:
             merged[name] = deep_merge(base, value) if isinstance(base, dict) else value
     return merged
 
 
+def _dumped(value: Any) -> Any:
+    """A default value as data: configs dumped whole, lists entry by entry."""
+    if isinstance(value, list):
+        return [_dumped(entry) for entry in value]
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def _merge_list_entries(name: str, entries: list[Any], by_index: dict[int, Any],
+                        entry_model: type[BaseModel] | None) -> list[Any]:
+    """`entries` with each `by_index` value merged over (or, for a plain value, replacing) its entry."""
+    merged = list(entries)
+    for index, value in by_index.items():
+        if not 0 <= index < len(merged):
+            raise ConfigError(f"{name}.{index}: {name} has {len(merged)} entries (indices 0 to {len(merged) - 1}); "
+                              f"write the whole list to add one")
+        old = merged[index]
+        if isinstance(value, dict) and isinstance(old, dict):
+            merged[index] = merge_layer(entry_model, old, value) if entry_model else deep_merge(old, value)
+        else:
+            merged[index] = value
+    return merged
+
+
 def without_removed_entries(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
-    """`data` without the null entries of its maps of configs (an entry a layer removed)."""
+    """`data` without the null entries of its maps (an entry a layer removed): maps of configs, and
+    plain maps whose entries cannot be null (`--set evaluate.datasets.code=null`)."""
     return {name: {key: entry for key, entry in value.items() if entry is not None}
             if isinstance(value, dict) and name in model.model_fields
-            and entry_class(model.model_fields[name].annotation) else value
+            and _entries_removable(model.model_fields[name].annotation) else value
             for name, value in data.items()}
+
+
+def _entries_removable(annotation: Any) -> bool:
+    """A map field (`dict[str, X]`) whose entries cannot be None, so a null entry means "remove it"."""
+    if typing.get_origin(annotation) is not dict:
+        return False
+    value = typing.get_args(annotation)[1]
+    return value is not Any and value is not type(None) and type(None) not in typing.get_args(value)
 
 
 def dump_with_removed_entries(config: BaseModel, defaults: BaseModel | None = None) -> dict[str, Any]:
@@ -209,29 +295,76 @@ def parse_override(text: str) -> dict[str, Any]:
     # `@stage.output` (a pipeline reference) is a string, though YAML reserves a leading @
     value: Any = raw if raw.startswith("@") else load_yaml(raw, f"--set {dotted}") if raw.strip() else ""
     for part in reversed(dotted.split(".")):
-        value = {part: value}
+        value = {int(part) if part.isdigit() else part: value}  # an index into a list: stages.0.lr
     return value
 
 
 def resolve_config(
-    model: type[C], flow: str, preset: str | None = None, config_file: Path | None = None,
-    overrides: list[str] = (),
+    model: type[C], flow: str, preset: str | None = None, config_files: Path | Sequence[Path] | None = None,
+    overrides: Sequence[str] = (),
 ) -> C:
-    """Build and validate the config of `flow` from its layers; errors name the bad field."""
-    layers = [read_preset(flow, preset)] if preset else []
-    if config_file:
-        layers.append(read_yaml(Path(config_file)))
-    layers += [parse_override(item) for item in overrides]
+    """Build and validate the config of `flow` from its layers; errors name the bad field, and which
+    layer (the preset, a config file, a --set) wrote each setting the error names."""
+    files = [config_files] if isinstance(config_files, str | Path) else list(config_files or [])
+    layers = [(f"preset {preset}", read_preset(flow, preset), False)] if preset else []
+    layers += [(str(path), read_yaml(Path(path)), True) for path in files]
+    layers += [(f"--set {item.split('=', 1)[0]}", parse_override(item), False) for item in overrides]
     data: dict[str, Any] = {}
-    for layer in layers:
-        data = merge_layer(model, data, layer)
+    for _, layer, whole_maps in layers:
+        data = merge_layer(model, data, layer, whole_maps=whole_maps)
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"invalid {flow} config: {validation_problems(err, data)}") from err
+        origins = setting_origins([(label, layer) for label, layer, _ in layers])
+        raise ConfigError(f"invalid {flow} config: {validation_problems(err, data, origins)}") from err
 
 
-def validation_problems(err: ValidationError, data: dict[str, Any]) -> str:
+def setting_origins(layers: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """Dotted key of every setting a layer writes -> the label of the last layer that wrote it."""
+    origins: dict[str, str] = {}
+
+    def walk(value: Any, key: str, label: str) -> None:
+        if isinstance(value, dict) and value:
+            for name, inner in value.items():
+                walk(inner, f"{key}.{name}" if key else str(name), label)
+        else:
+            origins[key] = label
+
+    for label, layer in layers:
+        walk(layer, "", label)
+    return origins
+
+
+def _origin_note(key: str, message: str, origins: dict[str, str]) -> str:
+    """Where the settings an error names came from: ` [rl.datasets: from my.yaml; rl.task_weights: from
+    preset demo]`, or "" when no layer wrote them (defaults), so a check across settings (a preset's
+    value against the user's) is told in the user's terms. A written setting counts when it is the
+    error's key or a setting under it that the message names: a field of the key's section by its
+    name, or any setting by a dotted name or, at the top level, by the name of a plain setting."""
+    prefix = f"{key}." if key else ""
+    named = set(re.findall(r"[\w@]+(?:\.[\w@]+)*", message))
+    written: dict[str, set[str]] = {}
+    for dotted, label in origins.items():
+        if dotted == key:
+            if label != f"--set {key}":  # the user just wrote it: no need to say so
+                written.setdefault(key, set()).add(label)
+            continue
+        if not dotted.startswith(prefix):
+            continue
+        parts = dotted[len(prefix):].split(".")
+        for length in range(len(parts), 0, -1):
+            name = ".".join(parts[:length])
+            plain = length > 1 or key or len(parts) == 1  # a section's bare name is too common a word
+            if name in named and plain:
+                if label != f"--set {prefix + name}":  # the user just wrote it: no need to say so
+                    written.setdefault(prefix + name, set()).add(label)
+                break
+    if not written:
+        return ""
+    return " [" + "; ".join(f"{name}: from {', '.join(sorted(labels))}" for name, labels in sorted(written.items())) + "]"
+
+
+def validation_problems(err: ValidationError, data: dict[str, Any], origins: dict[str, str] | None = None) -> str:
     """Each error as `dotted.key: message`, on one line. The key is where the value sits in `data`:
     pydantic's names of union members (`str`, `function-after[...]`) are left out, and so is a union
     member's type mismatch (a mapping is not a string) when another error at that key says more."""
@@ -252,4 +385,10 @@ def validation_problems(err: ValidationError, data: dict[str, Any]) -> str:
     telling = [key for key, error in located if not error["type"].endswith("_type")]
     kept = [(key, error) for key, error in located
             if not (error["type"].endswith("_type") and any(k == key or k.startswith(key + ".") for k in telling))]
-    return "; ".join(f"{key or '<root>'}: {error['msg']}" for key, error in kept)
+    return "; ".join(f"{key + ': ' if key else ''}{_message(error)}{_origin_note(key, _message(error), origins or {})}"
+                     for key, error in kept)
+
+
+def _message(error: Any) -> str:
+    """A pydantic error's message without the "Value error, " that prefixes a validator's own words."""
+    return error["msg"].removeprefix("Value error, ")

@@ -12,6 +12,8 @@ is evaluated. The math answer-format agreement is checked here, once (`check_ans
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from collections.abc import Iterable
 
 from pydantic import Field, model_validator
@@ -71,10 +73,13 @@ class EvalConfig(Config):
     sampling: SamplingConfig = default_sampling()
     """n samples per problem give pass@1..pass@n (default: the catalog's eval defaults, at T=1)."""
 
+    no_sets_hint: ClassVar[str] = " (or set eval: null)"
+    """How to go without eval sets, in the error that asks for one: SFT's and RL's `eval` can be off."""
+
     @model_validator(mode="after")
     def _consistent(self) -> EvalConfig:
         if not self.datasets and not self.suites:
-            raise ValueError("give at least one eval set in datasets or suites (or set eval: null)")
+            raise ValueError(f"give at least one eval set in datasets or suites{self.no_sets_hint}")
         clashes = sorted(self.datasets.keys() & self.suites.keys())
         if clashes:
             raise ValueError(f"eval set name(s) {clashes} appear in both datasets and suites; rename one")

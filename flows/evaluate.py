@@ -5,7 +5,7 @@ pass@k up to k = n on a subset for the model and the baseline: did the model nar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, model_validator
 from prefect import flow
@@ -28,6 +28,8 @@ K_CURVE = "k_curve/"
 class EvaluateConfig(EvalConfig):
     """Evaluate a checkpoint on held-out sets (EvalConfig: suites, datasets, verifiers, sampling);
     compare it with a baseline when one is given."""
+
+    no_sets_hint: ClassVar[str] = ": this flow evaluates them"
 
     model: str = "smollm2-135m-instruct"
     """The checkpoint to evaluate: `smollm2-135m-instruct`, a checkpoint artifact URI or a local dir."""

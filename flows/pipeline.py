@@ -18,7 +18,7 @@ import re
 from typing import Any, Literal
 
 from prefect import flow
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from passband.flows.config import Config, dump_with_removed_entries
 from passband.flows.curate import CurateConfig
@@ -31,6 +31,11 @@ from passband.training.evaluation.claims import ClaimsConfig
 # What `placement` can place; `evaluate` covers the three evaluations (base, SFT, RL).
 StageName = Literal["curate", "sft", "recurate", "rl", "evaluate"]
 _POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+STAGE_MODELS = (("curate", "model"), ("sft", "model"), ("rl", "model"), ("evaluate", "model"), ("evaluate", "baseline"))
+"""The stage settings the pipeline sets from its own `model`: curate and SFT start from it, RL from SFT's
+checkpoint, and evaluate scores base, SFT and RL against it. In a pipeline config each shows the top-level
+`model`; another value is refused rather than replaced at run time."""
+_BEST_METRIC = re.compile(r"pass@([1-9][0-9]*)")
 
 
 class PipelineConfig(Config):
@@ -69,6 +74,29 @@ class PipelineConfig(Config):
     waits for it; a stage not named runs in this process. The pool needs a free slot: a pipeline that
     itself runs on a pool of concurrency 1 cannot place stages on that same pool."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_models_are_the_pipelines(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        model = data.get("model", cls.model_fields["model"].default)
+        data = dict(data)
+        for stage, name in STAGE_MODELS:
+            section = data.get(stage)
+            given = section.get(name) if isinstance(section, dict) else getattr(section, name, None)
+            if given is not None and given != model:
+                raise ValueError(
+                    f"{stage}.{name} is {given!r}, but a pipeline sets it from its top-level `model` ({model!r}): "
+                    f"curate and SFT start from `model`, RL from SFT's checkpoint, and evaluate scores each against "
+                    f"`model`; set `model: {given}` instead, or run the {stage} flow alone")
+            if stage == "evaluate" and name == "baseline":
+                continue  # the base evaluation has none; SFT's and RL's get `model` (pipeline._evaluate_config)
+            if isinstance(section, BaseModel):
+                data[stage] = section.model_copy(update={name: model})
+            else:
+                data[stage] = {**(section or {}), name: model}
+        return data
+
     @field_validator("placement")
     @classmethod
     def _pool_names(cls, placement: dict[str, str]) -> dict[str, str]:
@@ -76,6 +104,24 @@ class PipelineConfig(Config):
         if bad:
             raise ValueError(f"placement: work pool names use letters, digits and ._- (got {bad})")
         return placement
+
+    @model_validator(mode="after")
+    def _best_metric_is_in_the_table(self) -> PipelineConfig:
+        n = self.evaluate.sampling.n
+        match = _BEST_METRIC.fullmatch(self.best_metric)
+        if match is None or int(match.group(1)) > n:
+            raise ValueError(f"best_metric {self.best_metric!r} is not in the final table, which holds pass@1 to "
+                             f"pass@{n} of every eval set (evaluate.sampling.n = {n}): pick one of those")
+        return self
+
+    @model_validator(mode="after")
+    def _references_bind(self) -> PipelineConfig:
+        from passband.flows.pipeline_refs import reference_problems
+
+        problems = reference_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _claims_name_eval_sets(self) -> PipelineConfig:

@@ -36,7 +36,7 @@ def test_config_applies_config_file_and_set_overrides(tmp_path) -> None:
     saved = tmp_path / "saved.yaml"
     saved.write_text(result.output)
     _, config_cls = load_flow("sample")
-    assert resolve_config(config_cls, "sample", config_file=saved).model_dump() == printed
+    assert resolve_config(config_cls, "sample", config_files=saved).model_dump() == printed
 
 
 def test_config_rejects_a_bad_setting_like_run_does() -> None:

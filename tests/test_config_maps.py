@@ -191,6 +191,10 @@ def test_a_removed_entry_stays_removed_through_prefect_parameters_and_pipeline_s
     config = resolve("rl", None, "datasets.code=null", "eval.suites.ifeval=null")
     parameters = rl.validate_parameters({"config": config.model_dump(mode="json")})["config"]
     assert (sorted(parameters.datasets), sorted(parameters.eval.suites)) == (["ifeval", "math"], ["code", "math"])
-    pipeline = resolve("pipeline", "smoke", "curate.tasks.code=null")
+    # RL and the evaluations read curate's code outputs: they drop them too (the pipeline refuses a
+    # reference to an output no stage will make)
+    pipeline = resolve("pipeline", "smoke", "curate.tasks.code=null", "rl.datasets.code=null",
+                       "rl.eval.datasets.code=null", "evaluate.datasets.code=null")
+    assert "code" not in pipeline.evaluate.datasets and "code" not in pipeline.rl.eval.datasets
     stage = type(pipeline.curate).model_validate(pipeline.curate.model_dump(mode="json"))
     assert sorted(stage.tasks) == ["ifeval", "math"]

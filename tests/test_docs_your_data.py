@@ -82,7 +82,7 @@ def test_my_yaml_resolves_and_loads_the_gsm8k_file_it_names(tmp_path: Path, monk
     gsm8k_home(tmp_path, monkeypatch)
     printed = CliRunner().invoke(main, ["config", "pipeline", "--config", "my.yaml"])  # the page's first command
     assert printed.exit_code == 0, printed.output
-    config = resolve_config(PipelineConfig, "pipeline", config_file=Path("my.yaml"))
+    config = resolve_config(PipelineConfig, "pipeline", config_files=Path("my.yaml"))
     assert PipelineConfig.model_validate(yaml.safe_load(printed.output)) == config
     assert (sorted(config.curate.tasks), sorted(config.rl.datasets), config.evaluate.suites) == (["math"], ["math"], {})
 
@@ -106,7 +106,7 @@ def test_my_yaml_resolves_and_loads_the_gsm8k_file_it_names(tmp_path: Path, monk
 
 def test_my_yaml_sft_stage_reads_the_chat_file(tmp_path: Path, monkeypatch) -> None:
     gsm8k_home(tmp_path, monkeypatch)
-    config = resolve_config(PipelineConfig, "pipeline", config_file=Path("my.yaml"))
+    config = resolve_config(PipelineConfig, "pipeline", config_files=Path("my.yaml"))
     (stage,) = config.sft.stages
     local = [name for name in stage.datasets if not name.startswith("@")]
     assert local == ["data/my_chats.jsonl"]
@@ -125,7 +125,7 @@ def test_gpu_command_runs_my_yaml_with_gpu_engines(tmp_path: Path, monkeypatch) 
     argv = shlex.split(command.replace("\\\n", " "))
     assert argv[:5] == ["passband", "run", "pipeline", "--config", "my.yaml"]
     overrides = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--set"]
-    config = resolve_config(PipelineConfig, "pipeline", config_file=Path("my.yaml"), overrides=overrides)
+    config = resolve_config(PipelineConfig, "pipeline", config_files=Path("my.yaml"), overrides=overrides)
     assert config.model == "Qwen/Qwen2.5-1.5B-Instruct"  # every stage starts from it when the pipeline runs
     engines = {"curate": config.curate.engine, "rl": config.rl.engine, "evaluate": config.evaluate.engine}
     assert {name: (e.memory_fraction, e.kv_cache_gib, e.enforce_eager) for name, e in engines.items()} == {

@@ -81,8 +81,9 @@ def test_a_missing_local_file_fails_when_the_config_is_read(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as error:
         resolve_config(RLConfig, "rl", None, None, ["datasets.math.path=data/absent.jsonl"])
-    assert str(error.value) == (f"invalid rl config: datasets.math.path: Value error, no such file "
-                                f"or folder: data/absent.jsonl (relative to {tmp_path})")
+    assert str(error.value) == (f"invalid rl config: datasets.math.path: no such file "
+                                f"or folder: data/absent.jsonl (relative to {tmp_path}); "
+                                f"for a hub dataset write path: hub:data/absent.jsonl")
     assert "\n" not in str(error.value)
     for missing in ("./folder", "/nowhere/data", "x.parquet", "x.ndjson"):
         with pytest.raises(ValidationError, match=f"no such file or folder: {missing}"):

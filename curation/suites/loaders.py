@@ -54,6 +54,11 @@ def load_rows(
     dataset's config name (GSM8K's `main`).
     """
     column_map = column_map or {}
+    if source.startswith(HUB_PREFIX):
+        dataset = _read_dataset(source.removeprefix(HUB_PREFIX), None, split, name)
+        _check_mapped_columns(dataset.column_names, column_map, source)
+        return _validated([_Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)],
+                          task, column_map, source, False)
     path = Path(source)
     json_references = False  # our own Parquet files hold every reference as JSON text
     if path.is_file() and path.suffix in JSONL_SUFFIXES:
@@ -72,7 +77,12 @@ def load_rows(
         dataset = _read_dataset(source, path, split, name)
         _check_mapped_columns(dataset.column_names, column_map, source)
         records = [_Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)]
-    default_source = path.name if path.exists() else source
+    return _validated(records, task, column_map, path.name if path.exists() else source, json_references)
+
+
+def _validated(records: list[_Record], task: str | None, column_map: dict[str, str], default_source: str,
+               json_references: bool) -> LoadResult:
+    """The records normalised and validated: rows, and the quarantined ones with their reasons."""
     result = LoadResult()
     first_row_of_id: dict[str, int] = {}
     for record in records:
@@ -121,19 +131,29 @@ def _cut(line: str) -> str:
     return line.rstrip("\n")[:MAX_RAW_CHARS]
 
 
+HUB_PREFIX = "hub:"
+"""`path: hub:owner/name` is always a hub dataset, whatever lies on the local disk."""
+
+
 def missing_local_file(source: str) -> bool:
-    """`source` names a local file or folder (a file suffix, or a path starting with / or .) that
-    does not exist; anything else that does not exist is a hub dataset name."""
+    """`source` names a local file or folder that does not exist: a name with a file suffix, a path
+    starting with / or ., or a path whose first folder exists here (`data/my_maths` beside a `data/`
+    folder is a typo, not a hub dataset). Any other name that does not exist, and any `hub:` name, is
+    a hub dataset."""
+    if source.startswith(HUB_PREFIX):
+        return False
     path = Path(source)
-    local = path.suffix in (*JSONL_SUFFIXES, ".parquet") or source.startswith(("/", "./", "../"))
+    local = (path.suffix in (*JSONL_SUFFIXES, ".parquet") or source.startswith(("/", "./", "../"))
+             or (len(path.parts) > 1 and Path(path.parts[0]).is_dir()))
     return local and not path.exists()
 
 
-def _read_dataset(source: str, path: Path, split: str, name: str | None) -> Any:
-    """A `datasets.Dataset` from a `save_to_disk` directory or the hub (imported lazily)."""
+def _read_dataset(source: str, path: Path | None, split: str, name: str | None) -> Any:
+    """A `datasets.Dataset` from a `save_to_disk` directory or the hub (`path` None: a `hub:` name;
+    imported lazily)."""
     import datasets
 
-    if not path.is_dir():
+    if path is None or not path.is_dir():
         return datasets.load_dataset(source, name, split=split)
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):

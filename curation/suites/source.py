@@ -70,8 +70,9 @@ class ProblemSource(BaseModel):
     path: str | None = None
     """JSONL/Parquet file, `datasets` directory or hub name with rows {id, task, subdomain, prompt,
     reference, source}; bad rows are quarantined with their row number. A local file that does not
-    exist fails when the config is read (a name with a .jsonl/.ndjson/.parquet suffix, or starting
-    with / or .; any other missing name is a hub dataset)."""
+    exist fails when the config is read (a name with a .jsonl/.ndjson/.parquet suffix, starting with
+    / or ., or whose first folder exists here, like `data/my_maths`); any other missing name is a hub
+    dataset, and `hub:owner/name` always is."""
     name: str | None = None
     """Config name of a hub dataset (GSM8K's `main`): `load_dataset(path, name, split=split)`."""
     split: str = "train"
@@ -109,7 +110,8 @@ class ProblemSource(BaseModel):
     @classmethod
     def _local_file_exists(cls, path: str | None) -> str | None:
         if path and missing_local_file(path):
-            raise ValueError(f"no such file or folder: {path} (relative to {Path.cwd()})")
+            raise ValueError(f"no such file or folder: {path} (relative to {Path.cwd()}); "
+                             f"for a hub dataset write path: hub:{path}")
         return path
 
     @model_validator(mode="after")
