@@ -7,7 +7,7 @@ from pydantic import Field
 from passband.curation.bands import BandFilter
 from passband.curation.catalog.task import EvalDefaults, Options, Task
 from passband.curation.suites.ifeval_suite import generate_ifeval
-from passband.curation.verifiers.ifeval import verify_ifeval
+from passband.curation.verifiers.ifeval import reference_error, verify_ifeval
 from passband.curation.verifiers.result import VerifyResult
 
 # Integer difficulties (shared with math and code configs) map onto the named pools.
@@ -46,11 +46,9 @@ class IfevalTask(Task):
         return verify_ifeval(completions, references, mode=settings.mode)
 
     def reference_error(self, reference: object) -> str | None:
-        if not isinstance(reference, dict):
-            return f"ifeval reference must be an object, got {type(reference).__name__}"
-        if not isinstance(reference.get("instructions"), list):
-            return "ifeval reference needs a list 'instructions'"
-        return None
+        # The verifier's own check (ids, kwarg names, types and values), so a row that would
+        # crash scoring is quarantined when it loads.
+        return reference_error(reference)
 
 
 IFEVAL = IfevalTask()
