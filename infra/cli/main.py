@@ -257,7 +257,9 @@ def verify(task_name: str, input_path: Path, output_path: Path, answer_format: s
     Writes each row back to OUTPUT with score, status (pass, fail, unparsable) and detail. A row that
     cannot be verified (bad JSON, a missing key, a reference the task cannot use) is written with its
     line number and reason to OUTPUT's stem + .quarantine.jsonl (out.jsonl -> out.quarantine.jsonl).
-    Exit codes: 0 every row verified; 2 a bad option; 3 some rows quarantined (the others verified).
+    Exit codes: 0 every row verified; 2 a bad option; 3 some rows quarantined (the others verified;
+    every line of a binary or non-UTF-8 file is quarantined); 4 the file has no rows (empty, or blank
+    lines only), nothing written.
 
     \b
     The reference of each task (docs/your-data.md):
@@ -271,14 +273,14 @@ def verify(task_name: str, input_path: Path, output_path: Path, answer_format: s
                   score phrase and \\boxed{score} (curation/grading/texts.py)
     """
     from passband.flows.config import ConfigError
-    from passband.cli.verify_cmd import exit_status, verify_file
+    from passband.cli.verify_cmd import exit_status, summary, verify_file
 
     settings = {k: v for k, v in {"answer_format": answer_format, "mode": mode}.items() if v is not None}
     try:
         counts = verify_file(task_name, input_path, output_path, settings)
     except ConfigError as err:
         raise UserError(str(err)) from err
-    click.echo(" ".join(f"{status}={count}" for status, count in counts.items()), err=True)
+    click.echo(summary(counts, output_path), err=True)
     # A file with quarantined rows exits non-zero, so a script cannot mistake it for a clean run.
     sys.exit(exit_status(counts))
 

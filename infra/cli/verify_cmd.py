@@ -6,7 +6,9 @@ written with their line number and reason to <output stem>.quarantine.jsonl, nev
 silently: invalid UTF-8, JSON nested too deep to parse and huge lines included (the raw text
 kept in the quarantine is cut at MAX_RAW_CHARS). Lines are split on "\n" only, so line numbers
 match `sed -n Np`. Files are written to a temporary name and renamed, so a crash leaves no half
-file. `exit_status` turns the counts into the command's exit status.
+file. `exit_status` turns the counts into the command's exit status and `summary` into its one
+stderr line; a file with no rows at all (empty, or blank lines only) is refused with NoRows and
+nothing is written.
 
 Each task's completions are read and scored as the flows score them: `Task.verify` with the task's
 verifier settings (math's `answer_format` defaults to `plain`, the last number, as in every flow).
@@ -21,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import click
 from pydantic import ValidationError
 
 from passband.flows.config import ConfigError
@@ -33,11 +36,36 @@ REQUIRED_KEYS = ("id", "completion", "reference")
 MAX_RAW_CHARS = 10_000
 EXIT_QUARANTINED = 3
 """Exit status when some rows were quarantined (the others were still verified and written)."""
+EXIT_NO_ROWS = 4
+"""Exit status when the input has no rows: a script must not read an empty result as "all passed"."""
+
+
+class NoRows(click.ClickException):
+    """The input file has no rows (empty, or blank lines only): one `Error:` line, EXIT_NO_ROWS."""
+
+    exit_code = EXIT_NO_ROWS
 
 
 def exit_status(counts: dict[str, int]) -> int:
     """0 when every row was verified, EXIT_QUARANTINED when some rows were quarantined."""
     return EXIT_QUARANTINED if counts.get("quarantined") else 0
+
+
+def quarantine_path(output_path: Path) -> Path:
+    """Where the rows that could not be verified go: out.jsonl -> out.quarantine.jsonl."""
+    return Path(output_path).with_suffix(".quarantine.jsonl")
+
+
+def summary(counts: dict[str, int], output_path: Path) -> str:
+    """The command's one stderr line: counts per status, and where quarantined rows went."""
+    line = " ".join(f"{status}={count}" for status, count in counts.items())
+    if not counts.get("quarantined"):
+        return line
+    quarantine = quarantine_path(output_path)
+    if counts["quarantined"] == sum(counts.values()):
+        # Every line bad is usually the wrong file or encoding (binary, UTF-16), not bad rows.
+        return f"{line}: no row could be verified (is it JSONL in UTF-8?); line numbers and reasons in {quarantine}"
+    return f"{line}; line numbers and reasons in {quarantine}"
 
 
 def verify_file(task: str, input_path: Path, output_path: Path,
@@ -49,17 +77,20 @@ def verify_file(task: str, input_path: Path, output_path: Path,
     if not output_path.parent.is_dir():
         raise ConfigError(f"-o {output_path}: no folder {output_path.parent}")
     rows, quarantined = _read_rows(checked, Path(input_path))
+    if not rows and not quarantined:
+        raise NoRows(f"{input_path}: no rows to verify (the file is empty or has only blank lines); "
+                     f"nothing written")
     results = checked.verify([row["completion"] for row in rows], [row["reference"] for row in rows],
                              verifier_settings)
     verified = [{**row, "score": r.score, "status": r.status, "detail": r.detail}
                 for row, r in zip(rows, results)]
 
-    quarantine_path = output_path.with_suffix(".quarantine.jsonl")
+    quarantine = quarantine_path(output_path)
     _write_jsonl(output_path, verified)
     if quarantined:
-        _write_jsonl(quarantine_path, quarantined)
-    elif quarantine_path.exists():
-        quarantine_path.unlink()  # a stale one from an earlier run would describe other input
+        _write_jsonl(quarantine, quarantined)
+    elif quarantine.exists():
+        quarantine.unlink()  # a stale one from an earlier run would describe other input
 
     counts = dict(Counter(r.status for r in results))
     if quarantined:
@@ -92,8 +123,7 @@ def _read_rows(task: Task, path: Path) -> tuple[list[dict], list[dict]]:
             line = data.decode("utf-8", "replace")
             if not line.strip():
                 continue
-            reason = _parse_error(data)
-            row = None if reason else json.loads(data)
+            row, reason = _parse(data)
             reason = reason or _row_error(task, row)
             if reason is None:
                 rows.append(row)
@@ -104,19 +134,21 @@ def _read_rows(task: Task, path: Path) -> tuple[list[dict], list[dict]]:
     return rows, quarantined
 
 
-def _parse_error(data: bytes) -> str | None:
-    """Why one line is not a JSON value, or None."""
+def _parse(data: bytes) -> tuple[object, str | None]:
+    """One line's JSON value, or (None, why it is not one)."""
     try:
-        data.decode("utf-8")
+        # utf-8-sig: a BOM that Windows editors put first is no part of the row. Decoding here
+        # rather than in json.loads, which guesses UTF-16 or UTF-32 from NUL bytes at the start
+        # and then raises a UnicodeDecodeError of its own.
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        return f"not valid UTF-8: byte {error.start}"
+        return None, f"not valid UTF-8: byte {error.start}"
     try:
-        json.loads(data)
+        return json.loads(text), None
     except json.JSONDecodeError as error:
-        return f"bad JSON: {error}"
+        return None, f"bad JSON: {error}"
     except RecursionError:
-        return "bad JSON: nested too deeply to parse"
-    return None
+        return None, "bad JSON: nested too deeply to parse"
 
 
 def _row_error(task: Task, row: object) -> str | None:
