@@ -169,11 +169,20 @@ def config_command(flow_name: str, preset: str | None, config_file: Path | None,
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(min=1), help="How many runs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
 def runs(limit: int, as_json: bool) -> None:
-    """List the experiment's most recent MLflow runs (reads only; stages show as FLOW/STAGE)."""
-    from passband.cli.runs_cmd import render_json, render_table
-    from passband.tasks.reporting.runs import recent_runs
+    """List the experiment's most recent MLflow runs (reads only; stages show as FLOW/STAGE).
 
-    rows = recent_runs(limit)
+    Exit codes: 0 listed (or none yet); 1 the store cannot be read (a damaged mlflow.db, a server
+    that does not answer within about 15 s; the MLFLOW_HTTP_REQUEST_* variables override that).
+    """
+    from passband.cli.runs_cmd import FAIL_FAST_HTTP_ENV, render_json, render_table
+    from passband.tasks.reporting.runs import StoreUnreadable, recent_runs
+
+    for name, value in FAIL_FAST_HTTP_ENV.items():
+        os.environ.setdefault(name, value)
+    try:
+        rows = recent_runs(limit)
+    except StoreUnreadable as err:
+        raise click.ClickException(str(err)) from err
     click.echo(render_json(rows) if as_json else render_table(rows))
 
 

@@ -1,9 +1,12 @@
 """Reading back the runs of the stack's MLflow experiment: `passband runs`, and the run id a
 failed `passband run` reports. Reading only: no experiment, database or folder is created.
+A store that cannot be read (a damaged SQLite file, a server that does not answer) raises
+StoreUnreadable with one line naming the store and what to do.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +16,10 @@ PARENT_TAG = "mlflow.parentRunId"
 # Metrics shown first when a run has them, in this order (names as logged: "@" -> "_at_");
 # the rest follow alphabetically.
 KEY_METRIC_HINTS = ("pass_at_1", "reward", "loss", "vllm_kl", "accuracy", "pass_rate")
+
+
+class StoreUnreadable(RuntimeError):
+    """The MLflow store cannot be read; the message is one line naming it and what to do."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +61,38 @@ def key_metrics(metrics: dict[str, float], max_metrics: int) -> dict[str, float]
 
 
 def recent_runs(limit: int, max_metrics: int = 4, settings: StackSettings | None = None) -> list[RunRow]:
-    """The `limit` most recently started runs of the experiment, newest first."""
-    from mlflow import MlflowClient
+    """The `limit` most recently started runs of the experiment, newest first; StoreUnreadable
+    when the store cannot be read."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
 
     settings = settings or StackSettings.from_env()
+    # MLflow wraps a failed HTTP request in MlflowException; a damaged SQLite file surfaces as
+    # SQLAlchemy's error from the store's first query.
+    try:
+        return _recent_runs(limit, max_metrics, settings)
+    except (MlflowException, SQLAlchemyError) as error:
+        raise StoreUnreadable(unreadable_message(settings.mlflow_uri, error)) from error
+
+
+def unreadable_message(uri: str, error: BaseException) -> str:
+    """One line: which store, the root cause (e.g. "[Errno 111] Connection refused"), what to do."""
+    cause = error
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+    reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
+    if uri.startswith("sqlite:"):
+        advice = ("if the file is damaged, move it aside (the next run starts a new one), "
+                  "or point PASSBAND_MLFLOW_URI at your store")
+    else:
+        advice = "is the server up? (`passband up` starts the local one), or point PASSBAND_MLFLOW_URI at it"
+    shown = re.sub(r"//[^/@]*@", "//***@", uri)  # a user:password in the URI stays off the screen
+    return f"cannot read MLflow runs from {shown}: {reason}; {advice}"
+
+
+def _recent_runs(limit: int, max_metrics: int, settings: StackSettings) -> list[RunRow]:
+    from mlflow import MlflowClient
+
     experiment_id = _experiment_id(settings)
     if experiment_id is None:
         return []
