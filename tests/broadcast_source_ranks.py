@@ -15,7 +15,7 @@ from passband.training.sft.distributed import close_process_group, open_process_
 from passband.training.engines.vllm_broadcast import EngineDtypeSource, update_info
 
 open_process_group(60.0)
-lm = unwrap(shard_policy(tiny_llama(seed=0, hidden=32)))
+lm = unwrap(shard_policy(tiny_llama(seed=0, hidden=32), torch.device("cpu")))
 assert all(isinstance(parameter, DTensor) for parameter in lm.parameters())  # sharded: a gather per tensor
 source = EngineDtypeSource(lm, torch.bfloat16)
 pairs = list(source)  # a collective: every rank iterates, in the same order

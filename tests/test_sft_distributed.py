@@ -23,7 +23,7 @@ def test_single_process_is_a_no_op(monkeypatch):
     assert world_size() == 1
     module = PackedLMLoss(tiny_llama(), chunk_size=8)
     before = {k: v.clone() for k, v in module.state_dict().items()}
-    assert shard_for_training(module) is module
+    assert shard_for_training(module, torch.device("cpu")) is module
     assert not torch.distributed.is_initialized()
     assert all(type(p) is torch.nn.Parameter for p in module.parameters())  # not DTensor shards
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())

@@ -61,7 +61,9 @@ def response_logprobs(
     device = model.lm_head.weight.device
     sequences = [p + r for p, r in zip(prompt_ids, response_ids)]
     input_ids, attention = pad_rows(sequences, torch.long, pad_to_multiple)
-    hidden = model.model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).last_hidden_state
+    # use_cache=False: a training forward has no use for the KV cache transformers would otherwise build.
+    hidden = model.model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                         use_cache=False).last_hidden_state
     # Token r_t sits at position len(prompt) + t and is predicted by the hidden state just before it.
     rows, cols, targets = [], [], []
     for i, (prompt, response) in enumerate(zip(prompt_ids, response_ids)):
@@ -69,9 +71,10 @@ def response_logprobs(
         rows += [i] * len(response)
         cols += range(start, start + len(response))
         targets += response
-    selected = hidden[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)]  # [N, H]
-    flat = logprobs_of_tokens(
-        selected / temperature, model.lm_head.weight, torch.tensor(targets, device=device), chunk_size
+    # Built on the host, moved once: a host index into a device tensor is a copy per call (or an error).
+    selected = hidden[torch.tensor(rows, dtype=torch.long).to(device), torch.tensor(cols, dtype=torch.long).to(device)]
+    flat = logprobs_of_tokens(  # [N] over the selected positions
+        selected / temperature, model.lm_head.weight, torch.tensor(targets).to(device), chunk_size
     )
     width = max((len(r) for r in response_ids), default=0)
     logp = torch.zeros(len(response_ids), width, dtype=torch.float32, device=device)

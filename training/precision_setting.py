@@ -1,6 +1,7 @@
-"""The trainers' precision setting (SFT and RL), as types only: configs name it without loading torch.
+"""The trainers' precision and device settings (SFT and RL), as types only: configs name them
+without loading torch.
 
-What each value does is `training/sft/precision.py`'s business.
+What each value does is `training/sft/precision.py`'s and `training/sft/device.py`'s business.
 """
 
 from typing import Literal
@@ -9,3 +10,5 @@ PrecisionSetting = Literal["auto", "fp32", "bf16_autocast"]
 """What a config asks for; "auto" resolves per device (`training.sft.precision.resolve_precision`)."""
 Precision = Literal["fp32", "bf16_autocast"]
 """A resolved setting."""
+DeviceSetting = Literal["auto", "cpu", "cuda"]
+"""Where a trainer runs; "auto" is CUDA when present (`training.sft.device.resolve_device`)."""

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.rl.kl_rules import check_kl_placement, refuse_renamed_estimator
-from passband.training.precision_setting import PrecisionSetting
+from passband.training.precision_setting import DeviceSetting, PrecisionSetting
 
 # What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
 # are geometric means over the response, so they move ~1/sqrt(length) as much as token ratios:
@@ -99,6 +99,12 @@ class RLAlgoConfig(BaseModel):
         default=256, gt=0, description="Tokens per chunk of the LM head in log-prob and entropy passes: each chunk's "
         "[chunk, vocab] fp32 logits, their softmax and (backward) their gradient exist one chunk at a time (at 1024 "
         "tokens and SmolLM2's 49152-token vocabulary, 0.2 GB each)."
+    )
+    device: DeviceSetting = Field(
+        default="auto",
+        description="Where the trainer runs: the policy, the reference (with KL), the optimizer state and every batch "
+        "tensor of the update. 'auto': CUDA when torch sees a GPU, else the CPU; 'cuda' on a machine without one is "
+        "refused when the trainer opens. Torchrun ranks take their own GPU (LOCAL_RANK).",
     )
     precision: PrecisionSetting = Field(
         default="auto",

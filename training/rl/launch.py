@@ -99,11 +99,15 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     from passband.training.checkpoint import load_checkpoint, restore_rng_state
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
+    from passband.training.sft.device import resolve_device
 
     open_process_group(config.collective_timeout_s)
     weights_dir = config.resume_from or config.model
+    device = resolve_device(config.algo.device)  # this rank's GPU under CUDA
     lm = load_policy(weights_dir, config.algo)
-    policy = shard_policy(lm)  # the weights are loaded before sharding: each rank keeps its shard
+    if world_size() == 1:
+        lm.to(device)  # one rank is not sharded; FSDP2 moves the shards of more
+    policy = shard_policy(lm, device)  # the weights are loaded before sharding: each rank keeps its shard
     optimizer = build_optimizer(lm, config.algo)
     state = RLState()
     if config.resume_from is not None:
@@ -114,7 +118,10 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
             load_optimizer_state(lm, optimizer, loaded.optimizer_state)
         restore_rng_state(loaded.rng_state)
         state = RLState.from_json(loaded.trainer_state)
-    ref_model = shard_policy(load_reference(config.model, config.algo)) if config.algo.kl_coef > 0 else None
+    ref_model = None
+    if config.algo.kl_coef > 0:
+        reference = load_reference(config.model, config.algo)
+        ref_model = shard_policy(reference.to(device) if world_size() == 1 else reference, device)
     return RLTrainer(policy, optimizer, ref_model, load_tokenizer(config.model), weights_dir, state)
 
 

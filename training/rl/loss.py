@@ -108,30 +108,33 @@ class LossOutputs:
     """policy_loss, kl_loss, kl_cov_loss (this slice's shares) and `policy_loss`'s clip/ratio metrics."""
 
 
-def _sequence_count(mask: Tensor) -> float:
-    return float(((mask > 0).sum(dim=-1) > 0).sum())
+def _share(count: Tensor, total: float) -> Tensor:
+    """count / max(total, 1) as an fp32 `[]` tensor on count's device: the division in float64 and
+    one rounding to fp32, as a python float multiplying an fp32 tensor was, without reading the device."""
+    return (count.double() / max(total, 1.0)).float()
 
 
-def compute_loss(logp: Tensor, inputs: LossInputs, settings: LossSettings) -> LossOutputs:
+def compute_loss(logp: Tensor, inputs: LossInputs, settings: LossSettings, with_metrics: bool = True) -> LossOutputs:
     """Policy surrogate + KL loss (when `inputs.ref_logp`) + KL-Cov penalty (when selected).
 
     logp: `[mb, w]` trainer log-probs with gradient for the rows of `inputs` (a slice from
-    `LossInputs.rows`, or the whole batch).
+    `LossInputs.rows`, or the whole batch). with_metrics=False: no metrics (`{}`), and nothing is
+    read back from the device, so a micro-batch's loss and backward never wait for it.
     """
     mask = inputs.mask
-    num_sequences = _sequence_count(mask)
-    sequence_share = num_sequences / max(inputs.num_sequences, 1.0)
+    sequence_share = _share(((mask > 0).sum(dim=-1) > 0).sum(), inputs.num_sequences)
     if settings.aggregation == "token_mean":
-        share = float((mask > 0).sum()) / max(inputs.num_tokens, 1.0)
+        share = _share((mask > 0).sum(), inputs.num_tokens)
     else:
         share = sequence_share
     policy, metrics = policy_loss(
         logp, inputs.old_logp, inputs.advantages, mask, level=settings.level, clip_low=settings.clip_low,
         clip_high=settings.clip_high, aggregation=settings.aggregation, weights=inputs.weights,
-        max_tokens=settings.max_tokens,
+        max_tokens=settings.max_tokens, with_metrics=with_metrics,
     )
     loss = policy * share
-    metrics["policy_loss"] = loss.item()
+    if with_metrics:
+        metrics["policy_loss"] = loss.item()
     if inputs.ref_logp is not None:
         kl = kl_loss(
             logp, inputs.ref_logp, mask, settings.kl_coef, settings.kl_estimator, inputs.behaviour_logp,
@@ -141,12 +144,14 @@ def compute_loss(logp: Tensor, inputs: LossInputs, settings: LossSettings) -> Lo
         # The sequence-level KL is a mean over sequences whatever the policy's aggregation.
         kl = kl * (sequence_share if settings.kl_level == "sequence" else share)
         loss = loss + kl
-        metrics["kl_loss"] = kl.item()
+        if with_metrics:
+            metrics["kl_loss"] = kl.item()
     if inputs.kl_cov_selected is not None:
         penalty = kl_cov_penalty(logp, inputs.old_logp, inputs.kl_cov_selected, mask, settings.kl_cov_coef)
         kl_cov = masked_aggregate(penalty, mask, settings.aggregation, settings.max_tokens) * share
         loss = loss + kl_cov
-        metrics["kl_cov_loss"] = kl_cov.item()
+        if with_metrics:
+            metrics["kl_cov_loss"] = kl_cov.item()
     return LossOutputs(loss=loss, metrics=metrics)
 
 

@@ -80,6 +80,7 @@ def policy_loss(
     aggregation: str = "token_mean",
     weights: Tensor | None = None,
     max_tokens: int | None = None,
+    with_metrics: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate to MINIMIZE: -min(r A, clip(r, 1-clip_low, 1+clip_high) A), aggregated.
 
@@ -95,6 +96,8 @@ def policy_loss(
     of response tokens whose term is clipped for level="token"; of sequences with response
     tokens for level="sequence", where the clip acts on the whole sequence), ratio_mean,
     ratio_max, ratio_min (over response tokens, or over sequences for level="sequence").
+    with_metrics=False: none (`{}`); they are read off the device, which a micro-batch's loss
+    should not wait for.
     """
     if advantages.dim() == 1:
         advantages = advantages[:, None]  # [B, 1], broadcast over tokens
@@ -106,6 +109,8 @@ def policy_loss(
         # Padding weights are never read, even in backward (0 * NaN would be NaN).
         per_token = per_token * torch.where(mask > 0, weights.detach(), torch.zeros_like(per_token))
     loss = masked_aggregate(per_token, mask, aggregation, max_tokens)
+    if not with_metrics:
+        return loss, {}
 
     with torch.no_grad():
         is_response = mask > 0
@@ -121,7 +126,7 @@ def policy_loss(
             ratio_values = ratio[is_response]
             count = is_response.sum().clamp(min=1)
         if ratio_values.numel() == 0:
-            ratio_values = torch.ones(1, dtype=ratio.dtype)
+            ratio_values = torch.ones(1, dtype=ratio.dtype, device=ratio.device)
         metrics = {
             "clip_frac_low": (clipped_low.sum() / count).item(),
             "clip_frac_high": (clipped_high.sum() / count).item(),

@@ -52,11 +52,11 @@ def through_root(model: torch.nn.Module, run: Callable[[torch.nn.Module], tuple[
     return model(run) if isinstance(model, ShardedPolicy) else run(model)
 
 
-def shard_policy(lm: torch.nn.Module) -> torch.nn.Module:
-    """`lm` itself in one process; a `ShardedPolicy` sharded by FSDP2 when WORLD_SIZE > 1."""
+def shard_policy(lm: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """`lm` itself in one process; a `ShardedPolicy` sharded by FSDP2 onto `device` when WORLD_SIZE > 1."""
     if world_size() == 1:
         return lm
-    return shard_for_training(ShardedPolicy(lm))
+    return shard_for_training(ShardedPolicy(lm), device)
 
 
 def own_chunks(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
@@ -70,10 +70,10 @@ def merge_rows(values: Tensor, own_rows: list[int], all_rows: list[int]) -> None
     if world_size() == 1:
         return
     mine = torch.zeros_like(values)
-    own = torch.tensor(own_rows, dtype=torch.long, device=values.device)
+    own = torch.tensor(own_rows, dtype=torch.long).to(values.device)
     mine[own] = values[own]
     torch.distributed.all_reduce(mine)
-    every = torch.tensor(all_rows, dtype=torch.long, device=values.device)
+    every = torch.tensor(all_rows, dtype=torch.long).to(values.device)
     values[every] = mine[every]
 
 

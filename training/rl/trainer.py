@@ -84,24 +84,27 @@ class RLTrainer:
 
 
 def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None = None) -> RLTrainer:
-    """A fresh trainer at `model_dir`, or one continued from the checkpoint directory `resume_dir`.
+    """A fresh trainer at `model_dir`, or one continued from the checkpoint directory `resume_dir`,
+    on the config's device (`algo.device`).
 
     The reference model is always `model_dir`, the start of the run.
     """
     from passband.training.checkpoint import load_checkpoint, restore_rng_state
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
+    from passband.training.sft.device import resolve_device
 
+    device = resolve_device(algo.device)  # the one decision: policy, reference, AdamW and batches follow it
     weights_dir = Path(resume_dir or model_dir)
-    model = load_policy(weights_dir, algo)
+    model = load_policy(weights_dir, algo).to(device)
     optimizer = build_optimizer(model, algo)
     state = RLState(consumed={name: 0 for name in tasks})
     if resume_dir is not None:
         loaded = load_checkpoint(weights_dir)
-        optimizer.load_state_dict(loaded.optimizer_state)
+        optimizer.load_state_dict(loaded.optimizer_state)  # torch casts the moments to their parameter's device
         restore_rng_state(loaded.rng_state)
         state = RLState.from_json(loaded.trainer_state)
-    ref_model = load_reference(Path(model_dir), algo) if algo.kl_coef > 0 else None
+    ref_model = load_reference(Path(model_dir), algo).to(device) if algo.kl_coef > 0 else None
     return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state)
 
 

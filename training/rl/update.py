@@ -67,15 +67,17 @@ from passband.training.rl.mismatch import (effective_sample_size, importance_wei
 from passband.training.rl.ranks import full_norm, merge_rows, own_chunks, through_root
 from passband.training.rl.rollout_metrics import rollout_metrics
 from passband.training.precision_setting import Precision
+from passband.training.sft.device import fused_on
 from passband.training.sft.precision import autocast_for, resolve_precision
 
 __all__ = ["LossInputs", "RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 
 
 def build_optimizer(model: torch.nn.Module, cfg: RLAlgoConfig) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters with the config's lr, betas and weight decay."""
+    """AdamW over the trainable parameters with the config's lr, betas and weight decay; fused on CUDA."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+                             **fused_on(params[0].device))
 
 
 def advantages_with_kl(
@@ -210,7 +212,7 @@ def _scoring_pass(
         chunk_entropy = _chunk_entropy(model, batch, chunk, captured[0], out.mask, cfg) if with_entropy else None
         if not counts:  # a rank's padding pass: it joined the others' collectives, its values are not used
             continue
-        index = torch.tensor(chunk, device=device)
+        index = torch.tensor(chunk).to(device)
         chunk_width = out.logp.shape[1]
         logp[index, :chunk_width] = out.logp
         if with_entropy:
@@ -290,10 +292,10 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
                 _chunk_entropy(model, batch, chunk, hidden[0], out.mask, cfg)
             continue
         own_rows += chunk
-        index = torch.tensor(chunk, device=out.logp.device)
+        index = torch.tensor(chunk).to(out.logp.device)
         width = out.logp.shape[1]
         step_logp[index, :width] = out.logp.detach()
-        compute_loss(out.logp, inputs_at(step_logp).rows(index, width), settings).loss.backward()
+        compute_loss(out.logp, inputs_at(step_logp).rows(index, width), settings, with_metrics=False).loss.backward()
         if entropy is not None:  # after backward: its [chunk, V] logits do not add to the activations' peak
             entropy[index, :width] = _chunk_entropy(model, batch, chunk, hidden[0], out.mask, cfg)
         if cfg.trim_heap and cfg.trim_heap_each_micro_batch:
@@ -312,7 +314,7 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
     # The forwarded rows at once (no gradient): their loss is the sum of the micro-batch shares, the
     # full-batch loss (a skipped row's share is 0), and the clip/ratio fractions are over the forwarded
     # rows, not over the last micro-batch; a skipped row's ratio at this theta is never computed.
-    index = torch.tensor(sorted(row for chunk in chunks for row in chunk), dtype=torch.long, device=step_logp.device)
+    index = torch.tensor(sorted(row for chunk in chunks for row in chunk), dtype=torch.long).to(step_logp.device)
     with torch.no_grad():
         full = compute_loss(step_logp[index], inputs_at(step_logp).rows(index, step_logp.shape[1]), settings)
     return {"loss": full.loss.item(), "grad_norm": grad_norm, **full.metrics}
@@ -376,7 +378,7 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
     width = response_mask.shape[1]
     scored_rows = [i for i in range(batch.num_rows) if batch.response_ids[i]]
     valid_rows = [i for i in scored_rows if batch.valid[i]]
-    valid = torch.tensor(batch.valid, dtype=torch.bool, device=device)
+    valid = torch.tensor(batch.valid, dtype=torch.bool).to(device)
     valid_mask = response_mask * valid[:, None]  # [B, T] response tokens of valid rows
     invalid_rows = [i for i in scored_rows if not batch.valid[i]]
     threshold, threshold_low = cfg.correction_bounds()
@@ -405,19 +407,20 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
 
     # 2. Advantages. Zero-variance groups are counted on the verifier's rewards (the task
     # signal) and dropped, when asked, by the rewards the advantages use (KL-shaped ones differ).
-    rewards = torch.tensor(batch.rewards, dtype=torch.float32, device=device)
+    rewards = torch.tensor(batch.rewards, dtype=torch.float32).to(device)
     num_groups = batch.num_rows // batch.group_size
     metrics["zero_variance_group_frac"] = float(zero_variance_groups(rewards, batch.group_size, valid).sum()) / num_groups
     advantages, rewards = advantages_with_kl(rewards, valid, batch.group_size, cfg, trainer_logp, ref_logp, valid_mask)
     if ref_logp is not None and cfg.kl_placement == "reward":
-        shaping = torch.tensor(batch.rewards, device=device) - rewards
+        shaping = torch.tensor(batch.rewards).to(device) - rewards
         metrics["kl_reward_penalty_mean"] = float(shaping[valid].mean()) if bool(valid.any()) else 0.0
     dropped = torch.zeros(num_groups, dtype=torch.bool, device=device)
     if cfg.drop_zero_variance_groups:
         dropped = zero_variance_groups(rewards, batch.group_size, valid)
-    rows = [i for i in valid_rows if not bool(dropped[i // batch.group_size])]
+    is_dropped = dropped.tolist()  # one read of the device, not one per row
+    rows = [i for i in valid_rows if not is_dropped[i // batch.group_size]]
     kept = torch.zeros(batch.num_rows, dtype=torch.bool, device=device)
-    kept[torch.tensor(rows, dtype=torch.long, device=device)] = True
+    kept[torch.tensor(rows, dtype=torch.long).to(device)] = True
     train_mask = response_mask * kept[:, None]
     # Trained rows with gradient (`live`) and without (`zero`), chunked apart whether or not the
     # latter are skipped, so skipping them changes no other micro-batch. They stay in `train_mask`:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from passband.training.precision_setting import PrecisionSetting
+from passband.training.precision_setting import DeviceSetting, PrecisionSetting
 
 
 class StageConfig(BaseModel):
@@ -41,6 +41,12 @@ class StageConfig(BaseModel):
         description="Kernel that keeps packed documents apart without a [T, T] mask (training/sft/attention.py): "
         "'flash_attention_2' (CUDA, flash-attn's varlen kernel), 'varlen_sdpa' (one causal SDPA per document, "
         "any device); 'auto' takes flash_attention_2 on CUDA when flash_attn is installed, else varlen_sdpa.",
+    )
+    device: DeviceSetting = Field(
+        default="auto",
+        description="Where the stage trains: the model, its AdamW state and every micro-batch. 'auto': CUDA when "
+        "torch sees a GPU, else the CPU; 'cuda' on a machine without one is refused when the stage starts. Torchrun "
+        "ranks take their own GPU (LOCAL_RANK).",
     )
     precision: PrecisionSetting = Field(
         default="auto",

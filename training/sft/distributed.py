@@ -73,21 +73,23 @@ def die_with_torchrun() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def shard_for_training(loss_module: torch.nn.Module) -> torch.nn.Module:
+def shard_for_training(loss_module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
 
-    fully_shard moves the parameters to the mesh's device (cuda:LOCAL_RANK when CUDA is present).
-    The process group is already open (`open_process_group`, with its collective timeout).
+    fully_shard moves the parameters to `device` (the trainer's `resolve_device`: cuda:LOCAL_RANK
+    when it is CUDA). The process group is already open (`open_process_group`, with its collective timeout).
     """
     if world_size() == 1:
         return loss_module
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    mesh = init_device_mesh(device.type, (world_size(),))
     units = [*loss_module.lm.base_model.layers, loss_module]
     for unit in units:
-        fully_shard(unit)
+        fully_shard(unit, mesh=mesh)
     for unit in units:
         # Each rank's loss is already divided by the whole step's token count, so the ranks'
         # gradients add up to the step's gradient: sum them (FSDP averages by default). Forcing

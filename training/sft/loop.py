@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from passband.training.sft.distributed import (
 )
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.sft.attention import resolve_attention
+from passband.training.sft.device import fused_on, peak_memory_mb, resolve_device
 from passband.training.sft.packing import SFTExample, collate_packed, group_micro_batches, pack_first_fit_decreasing
 from passband.training.sft.precision import resolve_precision
 from passband.training.sft.sampler import SamplerState, StepSampler, count_steps
@@ -82,13 +82,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def peak_memory_mb() -> float:
-    """Peak accelerator memory on CUDA, else the process's peak resident set size (Linux: KiB)."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def train_step(
     loss_module: PackedLMLoss,
     examples: list[SFTExample],
@@ -108,26 +101,28 @@ def train_step(
     rows = pack_first_fit_decreasing(lengths, max_length)
     row_lengths = [sum(lengths[i] for i in row) for row in rows]
     num_loss_tokens = sum(sum(e.loss_mask[1:]) for e in examples)
-    loss_sum = 0.0
+    # Summed on the device in float64 (what adding python floats did), read once after the last micro-batch.
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     num_padding = 0
     num_padded = 0
     groups = group_micro_batches(row_lengths, micro_batch_tokens)
     for index, counts in rank_micro_batches(len(groups), num_ranks, this_rank):
-        batch = collate_packed(examples, [rows[g] for g in groups[index]], pad_id)
+        batch = collate_packed(examples, [rows[g] for g in groups[index]], pad_id)  # on the host
         micro_loss = loss_module(
-            batch.input_ids.to(device), batch.position_ids.to(device), batch.targets.to(device), batch.cu_seqlens.to(device)
+            batch.input_ids.to(device), batch.position_ids.to(device), batch.targets.to(device),
+            batch.cu_seqlens.to(device), batch.max_document_length,
         )
         if not counts:  # a rank's padding pass: same collectives as the others, zero gradient
             (micro_loss * 0.0).backward()
             continue
         (micro_loss / num_loss_tokens).backward()
-        loss_sum += micro_loss.item()
+        loss_sum += micro_loss.detach().double()
         num_padding += batch.num_padding_tokens
         num_padded += batch.input_ids.numel()
+    totals = torch.cat([loss_sum[None], torch.tensor([num_padding, num_padded], dtype=torch.float64).to(device)])
     if num_ranks > 1:
-        totals = torch.tensor([loss_sum, num_padding, num_padded], dtype=torch.float64, device=device)
         torch.distributed.all_reduce(totals)
-        loss_sum, num_padding, num_padded = totals.tolist()
+    loss_sum, num_padding, num_padded = totals.tolist()  # the step's one read of its metrics
     return {
         "loss": loss_sum / num_loss_tokens,
         "num_loss_tokens": float(num_loss_tokens),
@@ -177,14 +172,16 @@ def train_stage(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     previous_attention = model.config._attn_implementation  # restored at the end: eval/generation need masks
-    # Where the forward will run: FSDP2 moves every rank's shard to CUDA when there is one.
-    run_on = torch.device("cuda") if num_ranks > 1 and torch.cuda.is_available() else next(model.parameters()).device
+    run_on = resolve_device(cfg.device)  # the one decision; the model, AdamW and every batch follow it
     loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on),
                                resolve_precision(cfg.precision, run_on))
-    loss_module = shard_for_training(loss_module)
+    if num_ranks == 1:
+        model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
+    loss_module = shard_for_training(loss_module, run_on)
     device = next(model.parameters()).device  # after sharding, which moves it to the rank's device
     # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  **fused_on(device))
     step, sampler_state = 0, SamplerState()
     if checkpoint is not None:
         if num_ranks == 1:
@@ -218,7 +215,7 @@ def train_stage(
             grad_norm=float(grad_norm),
             tokens_per_s=metrics["num_tokens"] / elapsed,
             epoch=float(sampler.state.epoch),
-            peak_memory_mb=peak_memory_mb(),
+            peak_memory_mb=peak_memory_mb(device),
         )
         if on_metrics is not None and this_rank == 0:
             on_metrics(metrics, step)

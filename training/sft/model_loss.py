@@ -23,7 +23,7 @@ from passband.training.sft.precision import autocast_for
 
 
 class PackedLMLoss(torch.nn.Module):
-    """forward(input_ids [B,T], position_ids [B,T], targets [B,T], cu_seqlens [S+1]) -> summed loss (fp32).
+    """forward(input_ids [B,T], position_ids [B,T], targets [B,T], cu_seqlens [S+1], max_length) -> summed loss (fp32).
 
     Sets `lm`'s attention implementation to `attn_implementation`, a document-isolating kernel
     (`attention.resolve_attention` picks it: VARLEN_SDPA or "flash_attention_2").
@@ -48,8 +48,12 @@ class PackedLMLoss(torch.nn.Module):
         position_ids: torch.Tensor,
         targets: torch.Tensor,
         cu_seqlens: torch.Tensor,
+        max_length: int | None = None,
     ) -> torch.Tensor:
-        max_length = int(cu_seqlens.diff().max())
+        # max_length: the longest document; given by the loop from the host batch, since reading it
+        # off cu_seqlens here waits for the device once per micro-batch.
+        if max_length is None:
+            max_length = int(cu_seqlens.diff().max())
         with autocast_for(self.precision, input_ids.device):
             hidden = self.lm.base_model(
                 input_ids=input_ids.view(1, -1),

@@ -50,6 +50,7 @@ class PackedBatch:
     num_real_tokens: int  # tokens of examples (not padding)
     num_loss_tokens: int  # targets != IGNORE_INDEX
     num_padding_tokens: int  # B*T - num_real_tokens
+    max_document_length: int  # the longest segment (flash-attn's max_seqlen), known here without reading a device
 
 
 def pack_first_fit_decreasing(lengths: list[int], max_length: int) -> list[list[int]]:
@@ -134,6 +135,7 @@ def collate_packed(examples: list[SFTExample], rows: list[list[int]], pad_id: in
         num_real_tokens=num_real,
         num_loss_tokens=int((targets_t != IGNORE_INDEX).sum()),
         num_padding_tokens=len(rows) * width - num_real,
+        max_document_length=max(seqlens),
     )
 
 
