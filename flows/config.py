@@ -315,23 +315,41 @@ def resolve_config(
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        origins = setting_origins([(label, layer) for label, layer, _ in layers])
+        origins = setting_origins(model, layers)
         raise ConfigError(f"invalid {flow} config: {validation_problems(err, data, origins)}") from err
 
 
-def setting_origins(layers: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
-    """Dotted key of every setting a layer writes -> the label of the last layer that wrote it."""
+def setting_origins(model: type[BaseModel], layers: list[tuple[str, dict[str, Any], bool]]) -> dict[str, str]:
+    """Dotted key of every setting the layers (label, data, whole_maps) write -> the label of the last
+    layer that wrote it; a map a file writes whole forgets what earlier layers wrote into it."""
     origins: dict[str, str] = {}
 
-    def walk(value: Any, key: str, label: str) -> None:
-        if isinstance(value, dict) and value:
-            for name, inner in value.items():
-                walk(inner, f"{key}.{name}" if key else str(name), label)
-        else:
+    def walk(owner: type[BaseModel] | None, value: Any, key: str, label: str, whole_maps: bool) -> None:
+        if not (isinstance(value, dict) and value):
             origins[key] = label
+            return
+        for name, inner in value.items():
+            dotted = f"{key}.{name}" if key else str(name)
+            field = owner.model_fields.get(name) if owner is not None and isinstance(name, str) else None
+            annotation = field.annotation if field is not None else None
+            if whole_maps and typing.get_origin(annotation) is dict:
+                for old in [old for old in origins if old == dotted or old.startswith(dotted + ".")]:
+                    del origins[old]
+            nested = config_class(annotation) if annotation is not None else None
+            if nested is None and annotation is not None and (entries := entry_class(annotation)) is not None:
+                walk_entries(entries, inner, dotted, label, whole_maps)
+                continue
+            walk(nested, inner, dotted, label, whole_maps)
 
-    for label, layer in layers:
-        walk(layer, "", label)
+    def walk_entries(entries: type[BaseModel], value: Any, key: str, label: str, whole_maps: bool) -> None:
+        if not (isinstance(value, dict) and value):
+            origins[key] = label
+            return
+        for name, entry in value.items():
+            walk(entries, entry, f"{key}.{name}", label, whole_maps)
+
+    for label, layer, whole_maps in layers:
+        walk(model, layer, "", label, whole_maps)
     return origins
 
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from passband.flows.curate_config import CurateConfig
-    from passband.flows.pipeline import PipelineConfig
     from passband.flows.sft import SFTConfig
 
 STAGE_ORDER = ("curate", "sft", "recurate", "rl", "evaluate")
@@ -36,8 +35,8 @@ def sft_outputs(config: SFTConfig) -> set[str]:
             *(f"data_{name}" for name in used & built)}
 
 
-def planned_outputs(config: PipelineConfig) -> dict[str, set[str]]:
-    """Each stage's outputs, as the pipeline will hand them on."""
+def planned_outputs(config: Any) -> dict[str, set[str]]:
+    """Each stage's outputs, as the pipeline (a PipelineConfig: pipeline.py imports this module) will hand them on."""
     curate = curate_outputs(config.curate, with_sft=True)
     return {"curate": curate, "sft": sft_outputs(config.sft),
             "recurate": curate_outputs(config.curate, with_sft=False) if config.recurate else curate,
@@ -72,7 +71,7 @@ def visible_stages(where: str) -> tuple[str, ...]:
     return STAGE_ORDER[:STAGE_ORDER.index(stage)]
 
 
-def reference_problems(config: PipelineConfig) -> list[str]:
+def reference_problems(config: Any) -> list[str]:
     """One line per reference that would not bind when its stage starts."""
     outputs = planned_outputs(config)
     problems = []

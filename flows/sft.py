@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -20,6 +21,7 @@ from prefect import flow
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.curation.suites.math_suite import AnswerFormat
 from passband.flows.config import Config
+from passband.tasks.steps.sft_data import ARTIFACT_SCHEMES
 from passband.tasks.stages.summary import RunSummary
 from passband.flows.eval_config import EvalConfig
 from passband.training.sft.config import DistributedConfig, StageConfig
@@ -123,7 +125,22 @@ class SFTConfig(Config):
         bad = [name for name in names if not _STAGE_NAME.fullmatch(name)]
         if bad or len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique and use letters, digits and ._- (got {names})")
+        problems = [f"stages.{index}.datasets: {problem}" for index, stage in enumerate(self.stages)
+                    for name in stage.datasets if (problem := self._dataset_problem(name))]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
+    def _dataset_problem(self, name: str) -> str | None:
+        """Why a stage's dataset name would not load when the stage starts, or None (a pipeline
+        reference is the pipeline's to check: flows/pipeline_refs.py)."""
+        if name in self.generated or name in self.worked_analyses or name.startswith(("@", *ARTIFACT_SCHEMES)):
+            return None
+        if Path(name).suffix in (".jsonl", ".parquet"):
+            return None if Path(name).is_file() else f"{name}: no such file (relative to {Path.cwd()})"
+        return (f"{name!r} is none of: a key of generated ({', '.join(self.generated) or 'none'}) or of "
+                f"worked_analyses ({', '.join(self.worked_analyses) or 'none'}), a dataset URI (file://, s3://), "
+                f"a .jsonl/.parquet chat file")
 
 
 def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> dict[str, str]:

@@ -32,7 +32,7 @@ class LoadResult:
 
 
 @dataclass(frozen=True)
-class _Record:
+class Record:
     """One raw record before normalisation; `error` is set when it could not even be read."""
 
     row_number: int
@@ -57,17 +57,17 @@ def load_rows(
     if source.startswith(HUB_PREFIX):
         dataset = _read_dataset(source.removeprefix(HUB_PREFIX), None, split, name)
         _check_mapped_columns(dataset.column_names, column_map, source)
-        return _validated([_Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)],
+        return validated_rows([Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)],
                           task, column_map, source, False)
     path = Path(source)
     json_references = False  # our own Parquet files hold every reference as JSON text
     if path.is_file() and path.suffix in JSONL_SUFFIXES:
-        records = _read_jsonl(path)
+        records = read_jsonl(path)
     elif path.is_file() and path.suffix == ".parquet":
         table = pq.read_table(path)
         json_references = (table.schema.metadata or {}).get(REFERENCE_ENCODING_KEY) == b"json"
         _check_mapped_columns(table.column_names, column_map, source)
-        records = [_Record(i, raw) for i, raw in enumerate(table.to_pylist(), start=1)]
+        records = [Record(i, raw) for i, raw in enumerate(table.to_pylist(), start=1)]
     elif path.is_file():
         raise ValueError(f"{source}: unsupported file type {path.suffix!r}; "
                          f"use {' or '.join(JSONL_SUFFIXES)}, .parquet, or a datasets directory")
@@ -76,11 +76,11 @@ def load_rows(
     else:  # a `save_to_disk` directory, or else a hub dataset name
         dataset = _read_dataset(source, path, split, name)
         _check_mapped_columns(dataset.column_names, column_map, source)
-        records = [_Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)]
-    return _validated(records, task, column_map, path.name if path.exists() else source, json_references)
+        records = [Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)]
+    return validated_rows(records, task, column_map, path.name if path.exists() else source, json_references)
 
 
-def _validated(records: list[_Record], task: str | None, column_map: dict[str, str], default_source: str,
+def validated_rows(records: list[Record], task: str | None, column_map: dict[str, str], default_source: str,
                json_references: bool) -> LoadResult:
     """The records normalised and validated: rows, and the quarantined ones with their reasons."""
     result = LoadResult()
@@ -102,26 +102,28 @@ def _validated(records: list[_Record], task: str | None, column_map: dict[str, s
     return result
 
 
-def _read_jsonl(path: Path) -> list[_Record]:
-    """One record per non-blank line; lines split on "\n" only, so row numbers match the
-    file's line numbers even when a line holds a stray "\r"."""
-    records = []
+def read_jsonl(path: Path, limit: int | None = None) -> list[Record]:
+    """One record per non-blank line (the first `limit` of them; None: all); lines split on "\n"
+    only, so row numbers match the file's line numbers even when a line holds a stray "\r"."""
+    records: list[Record] = []
     with path.open("rb") as lines:
         for line_number, data in enumerate(lines, start=1):
             line = data.decode("utf-8", "replace")
             if not line.strip():  # blank lines hold no row
                 continue
+            if limit is not None and len(records) == limit:
+                break
             try:
-                records.append(_Record(line_number, json.loads(data.decode("utf-8"))))
+                records.append(Record(line_number, json.loads(data.decode("utf-8"))))
             except UnicodeDecodeError as error:
-                records.append(_Record(line_number, _cut(line),
+                records.append(Record(line_number, _cut(line),
                                        f"row {line_number}: not valid UTF-8 at byte {error.start}"))
             except json.JSONDecodeError as error:
-                records.append(_Record(line_number, _cut(line),
+                records.append(Record(line_number, _cut(line),
                                        f"row {line_number}: bad JSON: {error.msg} "
                                        f"at column {error.colno}"))
             except RecursionError:
-                records.append(_Record(line_number, _cut(line),
+                records.append(Record(line_number, _cut(line),
                                        f"row {line_number}: bad JSON: nested too deeply to parse"))
     return records
 
@@ -172,7 +174,7 @@ def _check_mapped_columns(columns: list[str], column_map: dict[str, str], source
 
 
 def _normalise(
-    record: _Record,
+    record: Record,
     task: str | None,
     column_map: dict[str, str],
     default_source: str,

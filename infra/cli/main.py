@@ -73,22 +73,38 @@ def config_options(command):
         "--set", "overrides", multiple=True, metavar="KEY=VALUE",
         help="Override one setting by dotted key, e.g. --set num_iterations=4 or --set algo.lr=1e-5 (repeatable).",
     )(command)
-    command = click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                           default=None, help="YAML file overriding the preset.")(command)
+    command = click.option("--config", "config_files", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                           multiple=True, help="YAML file overriding the preset (repeatable: merged in the order "
+                           "given, a later file winning; a map such as datasets written in a file is the whole map)."
+                           )(command)
     command = click.option("--preset", "-p", default=None,
                            help="Preset name (flows/presets/FLOW/NAME.yaml; listed below).")(command)
     return click.argument("flow_name", metavar="FLOW")(command)
 
 
-def resolve(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...]):
+def resolve(flow_name: str, preset: str | None, config_files: tuple[Path, ...], overrides: tuple[str, ...]):
     """(flow function, resolved config): the one resolution `run` and `config` share."""
     from passband.flows.config import ConfigError, resolve_config
 
     flow_fn, config_cls = load_flow(flow_name)
     try:
-        return flow_fn, resolve_config(config_cls, flow_name, preset, config_file, list(overrides))
+        config = resolve_config(config_cls, flow_name, preset, config_files, list(overrides))
     except ConfigError as err:
         raise UserError(str(err)) from err
+    return flow_fn, checked_sources(config)
+
+
+def checked_sources(config):
+    """`config` once the preflight found its data sources readable (tasks/steps/preflight.py): each
+    problem on a line of its own and exit 2; notes (rows that will be quarantined) on stderr."""
+    from passband.tasks.steps.preflight import preflight
+
+    found = preflight(config)
+    for note in found.notes:
+        click.echo(f"note: {note}", err=True)
+    if found.problems:
+        raise UserError("preflight: " + "\npreflight: ".join(found.problems))
+    return config
 
 
 PARTIAL_EXIT_CODE = 3
@@ -105,7 +121,7 @@ class HomeBusy(click.ClickException):
 @config_options
 @click.option("--wait", is_flag=True,
               help="If another run holds this PASSBAND_HOME, wait for it instead of failing at once.")
-def run(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...],
+def run(flow_name: str, preset: str | None, config_files: tuple[Path, ...], overrides: tuple[str, ...],
         wait: bool) -> None:
     """Run FLOW (sample, curate, sft, rl, evaluate, pipeline) on the configured stack.
 
@@ -119,7 +135,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
     from passband.tasks.host.lock import LockHeld, home_lock
 
     settings = prepare_environment()
-    flow_fn, config = resolve(flow_name, preset, config_file, overrides)
+    flow_fn, config = resolve(flow_name, preset, config_files, overrides)
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(home_lock(
@@ -150,7 +166,7 @@ def run(flow_name: str, preset: str | None, config_file: Path | None, overrides:
 @main.command("config", cls=FlowCommand)
 @config_options
 @click.option("--schema", is_flag=True, help="Print FLOW's config JSON schema (field docs as descriptions) instead.")
-def config_command(flow_name: str, preset: str | None, config_file: Path | None, overrides: tuple[str, ...],
+def config_command(flow_name: str, preset: str | None, config_files: tuple[Path, ...], overrides: tuple[str, ...],
                    schema: bool) -> None:
     """Print the config `passband run FLOW` would run with the same options, as YAML.
 
@@ -162,7 +178,7 @@ def config_command(flow_name: str, preset: str | None, config_file: Path | None,
         click.echo(render_schema(load_flow(flow_name)[1]), nl=False)
         click.echo()
         return
-    click.echo(render_config(resolve(flow_name, preset, config_file, overrides)[1]), nl=False)
+    click.echo(render_config(resolve(flow_name, preset, config_files, overrides)[1]), nl=False)
 
 
 @main.command()

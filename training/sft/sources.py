@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from passband.curation.suites.sniff import NUM_ROWS, Sniff, first_records
+
 
 def chat_row(row: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """(row with prompt and completion, None) or (None, why the row cannot be used)."""
@@ -65,3 +67,25 @@ def chat_rows(numbered: list[tuple[int, Any]]) -> tuple[list[dict[str, Any]], li
         else:
             rows.append(usable)
     return rows, quarantined
+
+
+def sniff_chat_file(source: str, num_rows: int = NUM_ROWS) -> Sniff:
+    """The preflight of an SFT chat file (.jsonl or .parquet): its first rows read as SFT reads them."""
+    read = first_records(source, "train", num_rows)
+    if isinstance(read, str):
+        return Sniff(problems=[read])
+    records = read[0]
+    if not records:
+        return Sniff(problems=[f"{source} holds no rows"])
+    rows, bad = chat_rows([(r.row_number, r.raw) for r in records if r.error is None])
+    reasons = [reason for _, reason in sorted(
+        [(r.row_number, r.error) for r in records if r.error is not None]
+        + [(row["row_number"], f"row {row['row_number']}: {row['removed_reason']}") for row in bad])]
+    if not rows:
+        return Sniff(problems=[f"{source}: none of its first {len(records)} rows is a chat row "
+                               f"(prompt and completion, or messages); {reasons[0]}"])
+    if reasons:
+        return Sniff(notes=[f"{source}: {len(reasons)} of its first {len(records)} rows will be quarantined; "
+                            f"the first: {reasons[0]}"])
+    return Sniff()
+

@@ -1,0 +1,201 @@
+"""The table of user mistakes (issue 52): each setup that used to pass `passband config` and fail
+forty minutes into a run, or silently do something else, now gives its exit code and one line
+naming the setting, file or row, never a traceback. A new setting that can go wrong gets its row.
+
+Each row of CASES is (files, argv, expected exit, substrings of the output): `files` maps paths under
+the working folder to their bytes, `argv` follows `passband`. `passband config` runs the same
+resolution and preflight as `passband run` (infra/cli/main.py: resolve), so a row that fails here
+fails a run before its first second. `verify` and `runs` rows: tests/test_preflight_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from passband.cli.main import main
+
+ROWS = [{"question": f"What is {i} + {i}? Answer with just the number.", "answer": str(2 * i)} for i in range(10)]
+CHAT = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+
+
+def jsonl(*rows: dict | bytes) -> bytes:
+    return b"".join((row if isinstance(row, bytes) else json.dumps(row).encode()) + b"\n" for row in rows)
+
+
+# docs/your-data.md's my.yaml on a 10-row file, as a new user writes it (no `code: null`: a map
+# written in a config file is the whole map)
+MY_YAML = """\
+model: smollm2-135m-instruct
+curate:
+  tasks:
+    math:
+      source: {path: data/gsm.jsonl, task: math, column_map: {question: prompt, answer: reference}, num_problems: 8}
+      eval_size: 2
+sft:
+  stages:
+    - {name: solutions, datasets: {"@curate.sft_stage1": 1.0, data/my_chats.jsonl: 1.0}, max_length: 512,
+       num_epochs: 1, lr: 1.0e-5, warmup_steps: 0, batch_tokens: 1024, micro_batch_tokens: 512}
+  eval: null
+rl:
+  datasets: {math: "@recurate.rl_math"}
+  task_weights: {math: 1.0}
+  eval: null
+evaluate:
+  suites: {}
+  datasets: {math: "@curate.eval_math"}
+"""
+BASE_FILES = {"data/gsm.jsonl": jsonl(*ROWS), "data/my_chats.jsonl": jsonl(CHAT), "my.yaml": MY_YAML.encode()}
+PIPELINE = ["config", "pipeline", "--config", "my.yaml"]
+MATH_SOURCE = "curate.tasks.math.source"
+
+
+def with_source(path: str, content: bytes | None = None, column_map: str | None = None) -> dict[str, bytes]:
+    """The base files with the math source pointing at `path` (holding `content`), or another column map."""
+    text = MY_YAML.replace("path: data/gsm.jsonl", f"path: {path}")
+    if column_map is not None:
+        text = text.replace("column_map: {question: prompt, answer: reference}", f"column_map: {column_map}")
+    return {**BASE_FILES, "my.yaml": text.encode(), **({path: content} if content is not None else {})}
+
+
+def ifeval_rows(instruction: dict, with_good_row: bool) -> bytes:
+    """A row whose reference holds `instruction`, then (with_good_row) a valid one."""
+    good = {"id": "ok", "task": "ifeval", "subdomain": "s", "source": "mine", "prompt": "Write in lowercase.",
+            "reference": {"instructions": [{"id": "change_case:english_lowercase", "kwargs": {}}]}}
+    return jsonl({**good, "id": "bad", "reference": {"instructions": [instruction]}}, *[good] * with_good_row)
+
+
+IFEVAL_YAML = "tasks:\n  ifeval: {source: {path: data/if.jsonl, task: ifeval}, eval_size: 0}\n"
+
+CASES = [
+    # -- data sources, opened and sniffed
+    pytest.param(with_source("data/gsm.jsonl", column_map="{questoin: prompt, answer: reference}"), PIPELINE, 2,
+                 [f"{MATH_SOURCE}: data/gsm.jsonl: column_map names 'questoin'", "(answer, question)"],
+                 id="column-map-source-typo"),
+    pytest.param(with_source("data/gsm.jsonl", column_map="{question: promt, answer: reference}"), PIPELINE, 2,
+                 ["data/gsm.jsonl: none of its first 10 rows is usable; row 1: missing field 'prompt'"],
+                 id="column-map-target-typo"),
+    pytest.param(with_source("data/gsm.jsonl", column_map="{question: prompt, answer: prompt}"), PIPELINE, 2,
+                 ["row 1: two columns map to one name"], id="column-map-two-onto-one"),
+    pytest.param(with_source("data/empty.jsonl", b""), PIPELINE, 2, [f"{MATH_SOURCE}: data/empty.jsonl holds no rows"],
+                 id="empty-file"),
+    pytest.param(with_source("data/junk.jsonl", bytes(range(256)) * 8), PIPELINE, 2,
+                 ["data/junk.jsonl: none of its first", "row 1: bad JSON"], id="binary-junk-file"),
+    pytest.param(with_source("data/latin.jsonl", "caf\u00e9\n".encode("latin-1") * 3), PIPELINE, 2,
+                 ["data/latin.jsonl: none of its first 3 rows is usable; row 1: not valid UTF-8 at byte 3"],
+                 id="non-utf8-data-file"),
+    pytest.param(with_source("data/junk.parquet", b"PAR1 not really"), PIPELINE, 2,
+                 ["data/junk.parquet: not a Parquet file"], id="junk-parquet-file"),
+    pytest.param(with_source("data/onebad.jsonl", jsonl(*ROWS[:2], b'{"question": "broken', *ROWS[2:])), PIPELINE, 0,
+                 ["note: curate.tasks.math.source: data/onebad.jsonl: 1 of its first 11 rows will be quarantined; "
+                  "the first: row 3: bad JSON"], id="one-malformed-line-is-told"),
+    pytest.param({**with_source("data/empty_folder"), "data/empty_folder/.keep": b""}, PIPELINE, 2,
+                 ["data/empty_folder is a folder without a saved dataset"], id="empty-folder"),
+    pytest.param(with_source("data/my_maths"), PIPELINE, 2,
+                 ["no such file or folder: data/my_maths", "for a hub dataset write path: hub:data/my_maths"],
+                 id="typo-local-folder-is-not-a-hub-name"),
+    pytest.param({"data/if.jsonl": ifeval_rows({"id": "no:such_instruction", "kwargs": {}}, with_good_row=False),
+                  "c.yaml": IFEVAL_YAML.encode()}, ["config", "curate", "--config", "c.yaml"], 2,
+                 ["tasks.ifeval.source: data/if.jsonl: none of its first 1 rows is usable; row 1:",
+                  "unknown instruction id 'no:such_instruction'"],
+                 id="ifeval-unknown-instruction"),
+    pytest.param({"data/if.jsonl": ifeval_rows({"id": "length_constraints:number_words", "kwargs": {"num_wordz": 3}}, with_good_row=True),
+                  "c.yaml": IFEVAL_YAML.encode()}, ["config", "curate", "--config", "c.yaml"], 0,
+                 ["note: tasks.ifeval.source: data/if.jsonl: 1 of its first 2 rows will be quarantined", "num_wordz"],
+                 id="ifeval-wrong-kwargs"),
+    pytest.param({**BASE_FILES, "data/my_chats.jsonl": b"\n\n"}, PIPELINE, 2,
+                 ["sft.stages.0.datasets: data/my_chats.jsonl holds no rows"], id="empty-sft-chat-file"),
+    pytest.param({**BASE_FILES, "data/my_chats.jsonl": jsonl({"text": "no chat"})}, PIPELINE, 2,
+                 ["data/my_chats.jsonl: none of its first 1 rows is a chat row", "row 1: needs prompt"],
+                 id="sft-chat-file-without-chat-rows"),
+    # -- cross-stage references and SFT dataset names, resolved before any stage runs
+    pytest.param(BASE_FILES, [*PIPELINE, "--set", "rl.datasets.math=@recurat.rl_math"], 2,
+                 ["rl.datasets.math: @recurat.rl_math names no stage (stages: curate, sft, recurate, rl)"],
+                 id="reference-stage-typo"),
+    pytest.param(BASE_FILES, ["config", "pipeline", "--preset", "demo", "--set", "curate.tasks.code=null"], 2,
+                 ["rl.datasets.code: @recurate.rl_code: recurate will not produce 'rl_code'",
+                  "evaluate.datasets.code: @curate.eval_code"], id="reference-to-a-task-curate-no-longer-makes"),
+    pytest.param(BASE_FILES, [*PIPELINE, "--set", "evaluate.datasets.math=@recurate.eval_math"], 2,
+                 ["evaluate.datasets.math: @recurate.eval_math: recurate has not run when evaluate reads it "
+                  "(it may name outputs of curate)"], id="reference-read-before-its-stage-ran"),
+    pytest.param({**BASE_FILES, "my.yaml": MY_YAML.replace("data/my_chats.jsonl", "data/my_chatz.jsonl").encode()},
+                 PIPELINE, 2, ["sft: stages.0.datasets: data/my_chatz.jsonl: no such file"], id="missing-sft-chat-file"),
+    pytest.param(BASE_FILES, ["config", "pipeline", "--preset", "demo", "--set", "sft.stages.0.datasets.worked_mathh=1.0"],
+                 2, ["stages.0.datasets: 'worked_mathh' is none of: a key of generated (worked_d0, worked_d1)"],
+                 id="sft-generated-name-typo"),
+    # -- config means what it says
+    *[pytest.param(BASE_FILES, [*PIPELINE, "--set", f"{setting}=Qwen/Qwen2.5-1.5B-Instruct"], 2,
+                   [f"{setting} is 'Qwen/Qwen2.5-1.5B-Instruct', but a pipeline sets it from its top-level `model`",
+                    "set `model: Qwen/Qwen2.5-1.5B-Instruct` instead"], id=f"pipeline-{setting}")
+      for setting in ("curate.model", "sft.model", "rl.model", "evaluate.model", "evaluate.baseline")],
+    pytest.param(BASE_FILES, ["config", "pipeline", "--preset", "demo", "--set", "best_metric=pass@16"], 2,
+                 ["best_metric 'pass@16' is not in the final table, which holds pass@1 to pass@3",
+                  "evaluate.sampling.n: from preset demo"], id="best-metric-k-above-n"),
+    pytest.param(BASE_FILES, [*PIPELINE, "--set", "best_metric=accuracy"], 2,
+                 ["best_metric 'accuracy' is not in the final table"], id="best-metric-unknown"),
+    pytest.param({**BASE_FILES, "bin.yaml": bytes(range(128, 256))}, ["config", "pipeline", "--config", "bin.yaml"], 2,
+                 ["bin.yaml: not a YAML text file (not UTF-8 at byte 0)"], id="binary-config-file"),
+    pytest.param({**BASE_FILES, "latin.yaml": "model: caf\u00e9\n".encode("latin-1")},
+                 ["config", "pipeline", "--config", "latin.yaml"], 2, ["latin.yaml: not a YAML text file"],
+                 id="non-utf8-config-file"),
+    pytest.param({**BASE_FILES, "dup.yaml": b"training_seed: 1\nbest_metric: pass@1\ntraining_seed: 2\n"},
+                 ["config", "pipeline", "--config", "dup.yaml"], 2,
+                 ["dup.yaml: key 'training_seed' written twice, at lines 1 and 3"], id="duplicate-key"),
+    pytest.param({**BASE_FILES, "dup.yaml": b"rl:\n  num_iterations: 3\nmodel: m\nrl:\n  seed: 4\n"},
+                 ["config", "pipeline", "--config", "dup.yaml"], 2, ["key 'rl' written twice, at lines 1 and 4"],
+                 id="duplicate-block"),
+    pytest.param({**BASE_FILES, "two.yaml": b"rl: {num_iterations: 3}\n"}, [*PIPELINE, "--config", "two.yaml"], 0,
+                 ["num_iterations: 3", "path: data/gsm.jsonl"], id="two-config-files-merge-in-order"),
+    pytest.param({**BASE_FILES, "my.yaml": MY_YAML.replace("  task_weights: {math: 1.0}\n", "").encode()},
+                 ["config", "pipeline", "--preset", "demo", "--config", "my.yaml"], 2,
+                 ["rl: task_weights must be positive and name tasks in datasets (bad: ['code', 'ifeval'])",
+                  "[rl.datasets: from my.yaml; rl.task_weights: from preset demo]",
+                  "evaluate: k_curve.sets names ['code'], which are in neither datasets nor suites",
+                  "evaluate.k_curve.sets: from preset demo"], id="preset-conflict-in-user-terms"),
+    pytest.param(BASE_FILES, ["config", "evaluate", "--set", "suites={}"], 2,
+                 ["give at least one eval set in datasets or suites: this flow evaluates them"],
+                 id="evaluate-without-sets-no-eval-null-hint"),
+    pytest.param(BASE_FILES, ["config", "sft", "--set", "stages.0.lr=1e-4"], 0, ["lr: 0.0001"], id="set-list-index"),
+    pytest.param(BASE_FILES, ["config", "sft", "--set", "stages.1.lr=1e-4"], 2,
+                 ["stages.1: stages has 1 entries (indices 0 to 0)"], id="set-list-index-out-of-range"),
+]
+
+
+@pytest.mark.parametrize(("files", "argv", "exit_code", "expected"), CASES)
+def test_a_mistake_fails_in_one_line_before_the_run(files: dict[str, bytes], argv: list[str], exit_code: int,
+                                                    expected: list[str], tmp_path: Path, monkeypatch) -> None:
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == exit_code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception  # no traceback
+    for text in expected:
+        assert text in result.output, result.output
+    if exit_code:
+        errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "Traceback" not in result.output, result.output
+
+
+def test_the_docs_example_trains_on_what_it_names(tmp_path: Path, monkeypatch) -> None:
+    """The map rule: my.yaml's `tasks: {math: ...}` and `datasets: {math: ...}` are the whole maps, so
+    the run curates, trains and evaluates math alone without `code: null` lines."""
+    for name, content in BASE_FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, PIPELINE)
+    assert result.exit_code == 0, result.output
+    config = yaml.safe_load(result.stdout)
+    assert [name for name, pool in config["curate"]["tasks"].items() if pool] == ["math"]
+    assert [name for name, ref in config["rl"]["datasets"].items() if ref] == ["math"]
+    assert config["curate"]["model"] == config["sft"]["model"] == config["rl"]["model"] == "smollm2-135m-instruct"
+    # --set on one entry still merges: the other entries stay
+    merged = CliRunner().invoke(main, ["config", "rl", "--set", "datasets.math.num_problems=10"])
+    assert sorted(name for name, ref in yaml.safe_load(merged.stdout)["datasets"].items() if ref) == \
+        ["code", "ifeval", "math"]
