@@ -128,11 +128,12 @@ def policy_loss(
         if ratio_values.numel() == 0:
             ratio_values = torch.ones(1, dtype=ratio.dtype, device=ratio.device)
         metrics = {
-            "clip_frac_low": (clipped_low.sum() / count).item(),
-            "clip_frac_high": (clipped_high.sum() / count).item(),
-            "clip_frac": ((clipped_low.sum() + clipped_high.sum()) / count).item(),
-            "ratio_mean": ratio_values.mean().item(),
-            "ratio_max": ratio_values.max().item(),
-            "ratio_min": ratio_values.min().item(),
+            "clip_frac_low": clipped_low.sum() / count,
+            "clip_frac_high": clipped_high.sum() / count,
+            "clip_frac": (clipped_low.sum() + clipped_high.sum()) / count,
+            "ratio_mean": ratio_values.mean(),
+            "ratio_max": ratio_values.max(),
+            "ratio_min": ratio_values.min(),
         }
-    return loss, metrics
+    # One read of the device for all six (widened to float64, exactly: the floats are those of .item()).
+    return loss, dict(zip(metrics, torch.stack([value.double() for value in metrics.values()]).tolist()))
