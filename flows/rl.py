@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from prefect import flow
 
 from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig
-from passband.flows.rl_loop import Checkpointer, EarlyStop, Evaluator, iteration_line, run_iteration, schedule_of
+from passband.flows.rl_loop import (Checkpointer, EarlyStop, Evaluator, RolloutLog, iteration_line, run_iteration,
+                                    schedule_of)
 from passband.tasks.stages.summary import RunSummary
 from passband.training.engines import EngineConfig
 
@@ -67,12 +68,14 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                                   lambda iteration: checkpoint_uri(run.config_id, iteration), logger, eval_judges)
             checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, state.iteration, ahead)
             early_stop = EarlyStop(config.early_stop, logger)
+            rollout_log = RolloutLog(config, run.config_id, run.run_id, run.resolved)
 
             # 2. The loop: the recipe; each part knows when it is due.
             evaluator.baseline(state)
             progress = Progress(f"rl iterations (of {config.num_iterations})", config.num_iterations, "iterations")
             for iteration in schedule.iterations(state.iteration):
-                metrics = run_iteration(config, trainer, engine, problems, iteration, scratch, judges, run.run_id, ahead)
+                metrics = run_iteration(config, trainer, engine, problems, iteration, scratch, judges, run.run_id, ahead,
+                                        rollout_log)
                 logger.info(iteration_line(iteration, metrics, sorted(problems)))
                 if evaluator.should_evaluate(iteration):
                     metrics |= evaluator.evaluate(iteration, state)

@@ -38,6 +38,17 @@ class RewardConfig(Config):
     `judge/iter-NNNNNN.jsonl`. The held-out evaluation's judges are `eval.judges`."""
 
 
+class KeepRolloutsConfig(Config):
+    """Every iteration's rollouts kept as one Parquet artifact per run (tasks/steps/rollouts_log.py,
+    docs/rl-rollouts.md), its URI the run's `rollouts_uri` tag; a sample of each iteration's shown as
+    a Prefect markdown artifact. `passband rollouts RUN` prints them."""
+
+    enabled: bool = True
+    """Keep them (false: no artifact, no sample; the run's metrics are the same either way)."""
+    num_random: int = Field(3, ge=0)
+    """Rollouts drawn at random per task for the iteration's markdown sample, besides its best and worst."""
+
+
 class EarlyStopConfig(Config):
     """The entropy ceiling (docs/recipe.md section 7): fit R = -a exp(H) + b over the run's
     (entropy, reward) history and stop when the reward is near the predicted ceiling b - a while
@@ -116,6 +127,8 @@ class RLConfig(Config):
     """Commit a checkpoint every this many iterations (0: only at eval points and the end)."""
     early_stop: EarlyStopConfig = EarlyStopConfig()
     """The entropy-ceiling fit, and the optional early stop on it."""
+    keep_rollouts: KeepRolloutsConfig = KeepRolloutsConfig()
+    """What the policy wrote: every rollout kept, readable with pandas, pyarrow or DuckDB."""
     eval: EvalConfig | None = EvalConfig(sampling=SamplingConfig(n=4, temperature=1.0, max_tokens=96))
     """Held-out evaluation before the first iteration, every `eval_every` iterations and after the
     last (None: skip; then best_checkpoint is the final one); training prompts equal to an eval
@@ -135,9 +148,14 @@ class RLConfig(Config):
 
     @model_validator(mode="after")
     def _check(self) -> "RLConfig":
-        unknown = sorted(set(self.datasets) - set(TASKS))
+        from passband.curation.catalog.user import names_user_code  # reads installed metadata
+
+        scored = {*TASKS, *self.reward.verifiers.rewards}
+        unknown = sorted(name for name in self.datasets if name not in scored and not names_user_code(name))
         if not self.datasets or unknown:
-            raise ValueError(f"datasets keys must be catalog tasks {sorted(TASKS)} (got {sorted(self.datasets)})")
+            raise ValueError(f"datasets keys must be catalog tasks {sorted(TASKS)}, tasks reward.verifiers.rewards "
+                             "scores, passband.tasks entry points or import paths module:attribute "
+                             f"(got {sorted(self.datasets)})")
         unjudged = sorted(set(self.reward.judges) - set(self.datasets))
         if unjudged:
             raise ValueError(f"reward.judges names {unjudged}, which are not in datasets {sorted(self.datasets)}; "

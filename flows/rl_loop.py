@@ -33,12 +33,14 @@ def schedule_of(config: RLConfig) -> RLSchedule:
 def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: RolloutEngine,
                   problems: dict[str, list[dict]],
                   iteration: int, scratch: Path, judges: dict[str, Any] | None = None,
-                  run_id: str | None = None, ahead: RolloutsAhead | None = None) -> dict[str, float]:
+                  run_id: str | None = None, ahead: RolloutsAhead | None = None,
+                  rollout_log: RolloutLog | None = None) -> dict[str, float]:
     """Outer iteration `iteration` (1-based): draw, roll out, score, update, push the weights; its
     metrics. Advances trainer.state's iteration and prompt cursor. With `judges`, their texts of
     this iteration's rollouts are logged to `run_id` as judge/iter-NNNNNN.jsonl. With `ahead`
     (rollout.max_off_policy_steps >= 1) the rollouts come from its thread, which keeps sampling
-    the next ones during the update, and the update is published for it rather than loaded."""
+    the next ones during the update, and the update is published for it rather than loaded. With
+    `rollout_log`, the iteration's rollouts are kept (RolloutLog)."""
     import torch
 
     from passband.tasks.host.memory import PhasePeaks, resident_gb
@@ -72,6 +74,8 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
         from passband.tasks.steps.judge import log_judge_samples
 
         log_judge_samples(rollouts.judged, f"iter-{iteration:06d}", run_id)
+    if rollout_log is not None:
+        metrics |= rollout_log.keep(iteration, rollouts)
     metrics |= zero_variance_fractions(batch) | rollouts.metrics
     metrics |= _version_metrics(iteration, rollouts, metrics["vllm_kl"], wait_s, ahead is not None)
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
@@ -235,6 +239,39 @@ class Checkpointer:
         save_rl_checkpoint(self.trainer, self.run_key, self.resolved)
         state.in_flight = []  # kept by the checkpoint alone: the thread still holds them as its futures
         return {"seconds/checkpoint": time.perf_counter() - start, "seconds/checkpoint_rollout_wait": waited}
+
+
+@dataclass
+class RolloutLog:
+    """Keeps each iteration's rollouts in the run's rollouts artifact (tasks/steps/rollouts_log.py),
+    names it in the MLflow tag `rollouts_uri`, and shows a sample (best, worst and a few at random per
+    task) as a Prefect markdown artifact."""
+
+    config: RLConfig
+    run_key: str
+    run_id: str
+    resolved: dict[str, Any]
+
+    def keep(self, iteration: int, rollouts: Rollouts) -> dict[str, float]:
+        """`seconds/keep_rollouts` and `keep_rollouts/bytes` (the iteration's Parquet part); {} when off."""
+        if not self.config.keep_rollouts.enabled:
+            return {}
+        from passband.tasks.reporting import tracking
+        from passband.tasks.reporting.prefect_artifacts import publish_markdown
+        from passband.tasks.steps.rollouts_log import ROLLOUTS_TAG, keep_rollouts
+        from passband.training.rl.rollout_records import iteration_sample, rollout_records, sample_markdown
+
+        start = time.perf_counter()
+        groups = rollouts.groups
+        records = rollout_records(iteration, rollouts.weight_version, [g.row for g in groups], [g.samples for g in groups],
+                                  [g.scores for g in groups], [g.statuses for g in groups], [g.details for g in groups],
+                                  rollouts.batch.rewards, rollouts.batch.valid, self.config.algo.scale_by_std,
+                                  self.config.algo.eps)
+        uri, size = keep_rollouts(records, self.run_key, iteration, self.resolved)
+        tracking.set_tags({ROLLOUTS_TAG: uri}, self.run_id)
+        sample = iteration_sample(records, self.config.keep_rollouts.num_random, iteration_seed(self.config, iteration))
+        publish_markdown(sample_markdown(iteration, sample), f"rl: rollouts of iteration {iteration} (a sample)")
+        return {"seconds/keep_rollouts": time.perf_counter() - start, "keep_rollouts/bytes": float(size)}
 
 
 @dataclass

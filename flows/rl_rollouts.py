@@ -24,6 +24,12 @@ class ScoredGroup:
     samples: list[Any]
     rewards: list[float | None]
     valid: list[bool]
+    scores: list[float] = field(default_factory=list)
+    """The verifier's score of each sample, also where its reward is None (not a verdict)."""
+    statuses: list[str] = field(default_factory=list)
+    """The verifier's status of each sample (pass, fail, unparsable, error, ...)."""
+    details: list[str] = field(default_factory=list)
+    """The verifier's detail of each sample (what it read, why it failed)."""
 
 
 @dataclass
@@ -58,7 +64,9 @@ class Rollouts:
         from passband.training.rl.timeline import Span
 
         groups = [ScoredGroup(group["row"], [Sample(**sample) for sample in group["samples"]], group["rewards"],
-                              group["valid"]) for group in data["groups"]]
+                              group["valid"], group.get("scores", []), group.get("statuses", []),
+                              group.get("details", []))  # checkpoints before these fields lack them
+                  for group in data["groups"]]
         return cls(groups, RolloutBatch(**data["batch"]), dict(data["consumed"]), dict(data["metrics"]),
                    data["weight_version"], [Span(**span) for span in data["spans"]], list(data["judged"]))
 
@@ -94,8 +102,10 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     rollout_start = time.time()
     samples, _ = generate(engine, prompts, config.sampling.model_copy(update={"seed": seed}))
     scoring_start = time.time()
-    rewards, valid, counts, judged = score_rollouts(rows, samples, config.reward.verifiers, judges)
-    groups = [ScoredGroup(*parts) for parts in zip(rows, samples, rewards, valid)]
+    rewards, valid, counts, judged, verdicts = score_rollouts(rows, samples, config.reward.verifiers, judges)
+    groups = [ScoredGroup(row, group, group_rewards, group_valid, [r.score for r in results],
+                          [r.status for r in results], [r.detail for r in results])
+              for row, group, group_rewards, group_valid, results in zip(rows, samples, rewards, valid, verdicts)]
     spans = [Span("rollouts", "rollout", rollout_start, scoring_start), Span("rollouts", "scoring", scoring_start, time.time())]
     return groups, consumed, counts, spans, judged
 

@@ -174,3 +174,20 @@ def test_stopped_and_resumed_run_matches_uninterrupted(harness, tmp_path, monkey
     assert resumed.metrics["math/reward"] == full.metrics["math/reward"]
     assert resumed.metrics["before/math/pass@1"] == full.metrics["before/math/pass@1"]  # kept in the checkpoint
     assert resumed.outputs["best_checkpoint"].rsplit("/", 1)[1] == full.outputs["best_checkpoint"].rsplit("/", 1)[1]
+
+    # What the policy wrote (issue 53): one row per rollout, every field, the logged reward series; the
+    # resumed run's artifact (iteration 1 kept by the stopped run, 2 by the resumed one) equals the full run's.
+    from passband.tasks.steps.rollouts_log import ROLLOUTS_TAG, read_rollouts
+    from passband.training.rl.rollout_records import ROLLOUT_COLUMNS
+
+    client = MlflowClient()
+    table = read_rollouts(client.get_run(full.mlflow_run_id).data.tags[ROLLOUTS_TAG])
+    assert table.column_names == list(ROLLOUT_COLUMNS) and table.num_rows == 2 * 2 * 4  # iterations x prompts x G
+    rows = table.to_pylist()
+    assert all(row[name] is not None for row in rows for name in ROLLOUT_COLUMNS if name not in ("reward", "detail"))
+    logged = {m.step: m.value for m in client.get_metric_history(full.mlflow_run_id, "math/reward")}
+    for iteration in (1, 2):
+        mine = [row["reward"] or 0.0 for row in rows if row["iteration"] == iteration]  # invalid rows count 0
+        assert sum(mine) / len(mine) == pytest.approx(logged[iteration], abs=1e-12)
+    assert [row["prompt_id"] for row in rows[::4]] == [p for s in full_states for p in s["prompt_ids"]]
+    assert read_rollouts(client.get_run(resumed.mlflow_run_id).data.tags[ROLLOUTS_TAG]).to_pylist() == rows

@@ -203,6 +203,48 @@ def runs(limit: int, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("run")
+@click.option("--iteration", type=click.IntRange(min=1), default=None, help="Only this iteration.")
+@click.option("--task", default=None, help="Only this task (math, code, ifeval, ...).")
+@click.option("--status", default=None, help="Only this verifier status (pass, fail, unparsable, timeout, error).")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
+@click.option("--full", is_flag=True, help="Whole completions (otherwise the first 400 characters).")
+def rollouts(run: str, iteration: int | None, task: str | None, status: str | None, limit: int, full: bool) -> None:
+    """Print the rollouts an RL run trained on: RUN is the rl stage's MLflow run id (`passband runs`
+    lists it; its tag `rollouts_uri` names the artifact) or the artifact's URI. The artifact is a
+    folder of Parquet files, one per iteration: pandas.read_parquet, pyarrow.parquet.read_table or
+    DuckDB's read_parquet('<folder>/*/iter-*.parquet') read it (docs/rl-rollouts.md).
+
+    Exit codes: 0 printed (or none matched, said on stderr); 1 the run or its store cannot be read.
+    """
+    from passband.cli.rollouts_cmd import render, selected
+    from passband.cli.runs_cmd import FAIL_FAST_HTTP_ENV
+    from passband.stack.local import prepare_environment
+    from passband.tasks.reporting.runs import StoreUnreadable, run_tag
+    from passband.tasks.steps.rollouts_log import ROLLOUTS_TAG, read_rollouts
+
+    prepare_environment()
+    for name, value in FAIL_FAST_HTTP_ENV.items():
+        os.environ.setdefault(name, value)
+    uri = run
+    if "://" not in run:
+        try:
+            uri = run_tag(run, ROLLOUTS_TAG)
+        except StoreUnreadable as err:
+            raise click.ClickException(str(err)) from err
+        if uri is None:
+            raise click.ClickException(f"MLflow run {run} has no {ROLLOUTS_TAG} tag: it is not an RL run, or it ran "
+                                       "with keep_rollouts.enabled: false")
+    rows = selected(read_rollouts(uri).to_pylist(), iteration, task, status)
+    if not rows:
+        click.echo(f"no rollouts match in {uri}", err=True)
+        return
+    click.echo(render(rows[:limit], full))
+    if len(rows) > limit:
+        click.echo(f"{len(rows) - limit} more (--limit)", err=True)
+
+
+@main.command()
 @click.option("--worker", is_flag=True, help="Also start a Prefect worker on the local process pool.")
 @click.option("--task-workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="Also start N Prefect task workers for sampling.workers=task_workers (a GPU or a core share each).")

@@ -113,6 +113,22 @@ def _recent_runs(limit: int, max_metrics: int, settings: StackSettings) -> list[
     return rows
 
 
+def run_tag(run_id: str, tag: str, settings: StackSettings | None = None) -> str | None:
+    """Tag `tag` of MLflow run `run_id` (None when the run lacks it); StoreUnreadable when the store
+    cannot be read or has no such run."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    settings = settings or StackSettings.from_env()
+    try:
+        if _experiment_id(settings) is None:
+            raise StoreUnreadable(f"no MLflow run {run_id}: nothing was tracked at {settings.mlflow_uri} yet")
+        return MlflowClient().get_run(run_id).data.tags.get(tag)
+    except (MlflowException, SQLAlchemyError) as error:
+        raise StoreUnreadable(unreadable_message(settings.mlflow_uri, error)) from error
+
+
 def failed_flow_run(since_ms: int, settings: StackSettings | None = None) -> str | None:
     """The id of the newest top-level FAILED run started at or after `since_ms` (epoch ms), i.e.
     the run of a flow that just failed in this process (home_lock keeps other runs of this home

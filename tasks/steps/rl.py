@@ -90,9 +90,10 @@ def _empty_dataset_line(name: str, ref: str | ProblemSource) -> str:
 def score_rollouts(
     rows: list[dict[str, Any]], samples: list[list[Sample]], verifiers: VerifierSettings,
     judges: dict[str, Judge] | None = None,
-) -> tuple[list[list[float | None]], list[list[bool]], dict[str, float], list[dict[str, Any]]]:
+) -> tuple[list[list[float | None]], list[list[bool]], dict[str, float], list[dict[str, Any]], list[list[Any]]]:
     """(rewards, valid) per prompt and sample, the metrics `<task>/num_<status>` (rollouts per
-    verifier status), and one record per judged rollout (empty without judges).
+    verifier status), one record per judged rollout (empty without judges), and every sample's
+    verdict (status, score, detail).
 
     reward = verifier score where the status is a verdict (SCORED_STATUSES); otherwise None and
     invalid. One grouped verification: each task's verifier is called once; a task in `judges`
@@ -120,7 +121,7 @@ def score_rollouts(
         records.append({"prompt_id": rows[i]["id"], "task": rows[i]["task"], "sample_index": j,
                         "text": samples[i][j].text, "status": result.status, "score": result.score,
                         "detail": result.detail} | judgement_columns(judgement))
-    return rewards, valid, counts, records
+    return rewards, valid, counts, records, verdicts
 
 
 def push_weights(model: Any, engine: RolloutEngine, engine_config: EngineConfig, scratch: Path, version: int) -> None:
