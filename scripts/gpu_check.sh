@@ -5,7 +5,8 @@
 #     bash scripts/gpu_check.sh [PYTHON]     # PYTHON: the GPU environment's (default .venv-gpu/bin/python,
 #                                            # made as README "Install on a GPU machine" says)
 #
-# 1. what the machine is (nvidia-smi, passband doctor);
+# 1. what the machine is (nvidia-smi, passband doctor), then the SFT and RL trainers on CUDA
+#    (scripts/gpu_check_trainers.py: tokens/s, MFU, peak memory, CPU/GPU agreement);
 # 2. the GPU extra's fused loss against ours (Liger's linear cross-entropy, tests marked gpu);
 # 3. our vLLM engine on CUDA against raw vLLM: start seconds and tokens/s (scripts/gpu_check.py engine);
 # 4. the RL weight sync by the disk path: publish a version, load it into the live engine
@@ -16,8 +17,19 @@
 #    group is then NCCL; one rank per GPU, so it needs 2 GPUs, and on one it says so). Not yet run
 #    on a GPU: the first run is the check.
 # Each check has its own time limit; the script goes on past a failed one and exits non-zero if any failed.
+#
+#     bash scripts/gpu_check.sh --trainers [ARGS...]   # the trainers alone, on a bare CUDA image
+#
+# runs only scripts/gpu_check_trainers.py (issue 50 item 6) with $PYTHON (default python3): torch with
+# CUDA, transformers and pydantic suffice (no vLLM, Prefect, MLflow, network, nor our package
+# installed); ARGS go to it (`--device cpu --shape tiny` on a machine without a GPU, as
+# tests/test_gpu_check_trainers.py runs it). The full run runs it right after `machine`, on CUDA.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--trainers" ]; then
+  shift
+  exec "${PYTHON:-python3}" scripts/gpu_check_trainers.py "$@"
+fi
 PY=${1:-.venv-gpu/bin/python}
 BIN=$(dirname "$PY")
 failed=()
@@ -31,6 +43,7 @@ check() {  # check NAME SECONDS COMMAND...
 }
 
 check machine 30 bash -c "nvidia-smi && $BIN/passband doctor"
+check trainers-on-cuda 300 "$PY" scripts/gpu_check_trainers.py --device cuda
 check liger-loss 90 "$BIN/pytest" -q -m gpu tests/test_sft_chunked_loss.py
 check engine-vs-raw-vllm 180 "$PY" scripts/gpu_check.py engine
 check weight-publish-load 90 "$PY" scripts/gpu_check.py weights

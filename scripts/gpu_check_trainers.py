@@ -1,0 +1,256 @@
+"""What makes the trainers GPU trainers, checked on a bare CUDA image (issue 50 item 6).
+
+    python scripts/gpu_check_trainers.py                     # CUDA when present: SmolLM2-135M's shape
+    python scripts/gpu_check_trainers.py --device cpu --shape tiny   # what CI and tests/ run
+
+The GPU machines this can run on have torch with CUDA, transformers and peft, but no vLLM, Prefect or
+MLflow and no network, and our package is not installed there: so this script imports nothing from
+flows/ or tasks/ (it says so at the end) and maps `passband.training` onto the checkout itself. Only
+pydantic must come as a wheel besides (the trainer configs are pydantic models).
+
+One process, models built from a config with random weights (no checkpoint can travel there):
+1. a matmul peak measured in this run (bf16 on CUDA, fp32 on the CPU), the yardstick of MFU;
+2. SFT steps (packed micro-batches, accumulation, clip, AdamW fused on CUDA) at the trainer's
+   device and precision: tokens/s, MFU (6 x parameters x tokens per step), peak device memory;
+3. RL updates on one fixed rollout batch (random prompts and responses, the engine's log-probs
+   those of the start weights): the same figures;
+4. on a tiny model, log-probs and one update at the device's precision against the CPU's in fp32:
+   the largest log-prob difference and the relative difference of the weight change.
+Prints one `name: value` line per figure and a last JSON line with all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = {  # LlamaConfig keywords; smollm2 = HuggingFaceTB/SmolLM2-135M-Instruct's config.json
+    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2),
+    "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                    num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0),
+    "qwen1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                     num_attention_heads=12, num_key_value_heads=2, rope_theta=1000000.0),
+}
+
+
+def use_checkout() -> None:
+    """`passband.<folder>` is this checkout's <folder>, as the installed package maps it (pyproject)."""
+    package = types.ModuleType("passband")
+    package.__path__ = [str(ROOT)]
+    sys.modules["passband"] = package
+
+
+def build_model(shape: str, seed: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(**SHAPES[shape], max_position_embeddings=4096, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()  # eval: no dropout, deterministic log-probs (as the RL trainer)
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def matmul_peak_tflops(device, seconds: float = 1.0) -> float:
+    """Dense matmul throughput measured here: bf16 on CUDA (the tensor cores MFU is quoted against), fp32 on the CPU."""
+    import torch
+
+    size, dtype = (8192, torch.bfloat16) if device.type == "cuda" else (1024, torch.float32)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    a @ b  # warm-up
+    synchronize(device)
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        runs += 1
+    synchronize(device)
+    return 2 * size**3 * runs / (time.perf_counter() - start) / 1e12
+
+
+def random_ids(generator, vocab: int, length: int) -> list[int]:
+    import torch
+
+    return torch.randint(0, vocab, (length,), generator=generator).tolist()
+
+
+def sft_check(model, device, precision: str, seq_len: int, rows: int, steps: int, vocab: int) -> dict[str, float]:
+    """`steps` SFT steps of `rows` examples of `seq_len` tokens (half prompt, half response)."""
+    import torch
+
+    from passband.training.sft.device import fused_on, peak_memory_mb
+    from passband.training.sft.loop import train_step
+    from passband.training.sft.model_loss import PackedLMLoss
+    from passband.training.sft.packing import SFTExample
+
+    generator = torch.Generator().manual_seed(1)
+    examples = [SFTExample(random_ids(generator, vocab, seq_len), [0] * (seq_len // 2) + [1] * (seq_len - seq_len // 2))
+                for _ in range(rows)]
+    model.train()
+    previous_attention = model.config._attn_implementation  # PackedLMLoss sets its packed kernel
+    loss_module = PackedLMLoss(model, chunk_size=1024, precision=precision)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, **fused_on(device))
+    seconds, metrics = [], {}
+    for _ in range(steps + 1):  # the first step warms up (allocator, kernels) and is not timed
+        synchronize(device)
+        start = time.perf_counter()
+        metrics = train_step(loss_module, examples, seq_len, seq_len * 2, 0, device)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    model.eval()
+    model.set_attn_implementation(previous_attention)
+    step_seconds = sum(seconds[1:]) / steps
+    return {"sft_tokens_per_s": metrics["num_tokens"] / step_seconds, "sft_step_s": step_seconds,
+            "sft_loss": metrics["loss"], "sft_peak_memory_mb": peak_memory_mb(device),
+            "sft_tflops": 6 * num_parameters(model) * metrics["num_tokens"] / step_seconds / 1e12}
+
+
+def rollout_batch(model, prompt_len: int, response_len: int, num_prompts: int, group_size: int, vocab: int):
+    """A fixed batch: random prompts and responses, the engine's log-probs the model's own (on-policy)."""
+    import torch
+
+    from passband.training.logprobs import response_logprobs
+    from passband.training.rl.batching import RolloutBatch
+
+    generator = torch.Generator().manual_seed(2)
+    prompts, responses = [], []
+    for _ in range(num_prompts):
+        prompt = random_ids(generator, vocab, prompt_len)
+        for _ in range(group_size):
+            prompts.append(prompt)
+            responses.append(random_ids(generator, vocab, response_len))
+    with torch.no_grad():
+        engine = [response_logprobs(model, [p], [r]).logp[0].tolist() for p, r in zip(prompts, responses)]
+    rewards = [float(i % 2) for i in range(len(prompts))]  # half right in every group: every row has signal
+    return RolloutBatch(prompt_ids=prompts, response_ids=responses, engine_logp=engine, rewards=rewards,
+                        valid=[True] * len(prompts), tasks=["math"] * len(prompts), group_size=group_size)
+
+
+def rl_check(model, device, precision: str, batch, updates: int) -> dict[str, float]:
+    """`updates` RL updates (one inner step each) on `batch`; the first warms up."""
+    import torch
+
+    from passband.training.rl.config import RLAlgoConfig
+    from passband.training.rl.update import build_optimizer, rl_update
+    from passband.training.sft.device import peak_memory_mb
+
+    cfg = RLAlgoConfig(precision=precision, device=device.type, micro_batch_size=8, lr=1e-6, trim_heap=False)
+    model.set_attn_implementation(cfg.attention)  # as the RL trainer loads its policy (training/rl/trainer.py)
+    optimizer = build_optimizer(model, cfg)
+    seconds, metrics = [], {}
+    for index in range(updates + 1):
+        synchronize(device)
+        start = time.perf_counter()
+        metrics = rl_update(model, None, optimizer, batch, cfg, torch.Generator().manual_seed(index))
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    update_seconds = sum(seconds[1:]) / updates
+    num_tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
+    return {"rl_tokens_per_s": num_tokens / update_seconds, "rl_update_s": update_seconds,
+            "rl_loss": metrics["loss"], "rl_vllm_kl": metrics["vllm_kl"], "rl_peak_memory_mb": peak_memory_mb(device),
+            # one update = a forward and backward of every token (fused scoring: no separate pass)
+            "rl_tflops": 6 * num_parameters(model) * num_tokens / update_seconds / 1e12}
+
+
+def agreement_check(device, precision: str) -> dict[str, float]:
+    """A tiny model's log-probs and one update's weight change on `device` at `precision`, against
+    the CPU's in fp32: bf16 autocast differs by its rounding, fp32 by summation order only."""
+    import torch
+
+    from passband.training.logprobs import response_logprobs
+    from passband.training.rl.config import RLAlgoConfig
+    from passband.training.rl.update import rl_update
+    from passband.training.sft.precision import autocast_for
+
+    on_cpu = build_model("tiny", seed=3)
+    batch = rollout_batch(on_cpu, 12, 20, 2, 4, SHAPES["tiny"]["vocab_size"])
+    on_device = copy.deepcopy(on_cpu).to(device)
+    for model in (on_cpu, on_device):
+        model.set_attn_implementation("eager")  # the RL trainer's default kernel
+    with torch.no_grad():
+        cpu_logp = response_logprobs(on_cpu, batch.prompt_ids, batch.response_ids).logp
+        with autocast_for(precision, device):
+            device_logp = response_logprobs(on_device, batch.prompt_ids, batch.response_ids).logp.cpu()
+    deltas = []
+    for model, where, at in [(on_cpu, torch.device("cpu"), "fp32"), (on_device, device, precision)]:
+        before = [p.detach().cpu().clone() for p in model.parameters()]
+        cfg = RLAlgoConfig(precision=at, device=where.type, micro_batch_size=4, lr=1e-2, trim_heap=False)
+        model.set_attn_implementation(cfg.attention)
+        rl_update(model, None, torch.optim.SGD(model.parameters(), lr=1e-2), batch, cfg, torch.Generator().manual_seed(0))
+        deltas.append(torch.cat([(p.detach().cpu() - b).flatten() for p, b in zip(model.parameters(), before)]))
+    return {"logp_max_abs_diff": float((cpu_logp - device_logp).abs().max()),
+            "update_rel_diff": float((deltas[0] - deltas[1]).norm() / deltas[0].norm())}
+
+
+def num_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16_autocast"], default="auto")
+    parser.add_argument("--seq-len", type=int, default=1024, help="SFT example length (tokens)")
+    parser.add_argument("--rows", type=int, default=8, help="SFT examples per step")
+    parser.add_argument("--steps", type=int, default=3, help="timed SFT steps and RL updates (after one warm-up each)")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--response-len", type=int, default=384)
+    parser.add_argument("--prompts", type=int, default=4, help="prompts of the RL batch (x 8 rollouts each)")
+    args = parser.parse_args()
+
+    use_checkout()
+    import torch
+
+    from passband.training.sft.device import resolve_device
+    from passband.training.sft.precision import resolve_precision
+
+    device = resolve_device(args.device)
+    precision = resolve_precision(args.precision, device)
+    figures: dict[str, object] = {"device": str(device), "device_name": torch.cuda.get_device_name(device)
+                                  if device.type == "cuda" else "cpu", "precision": precision, "shape": args.shape,
+                                  "torch": torch.__version__}
+    figures["matmul_peak_tflops"] = matmul_peak_tflops(device)
+    model = build_model(args.shape, seed=0).to(device)
+    figures["parameters"] = num_parameters(model)
+    vocab = SHAPES[args.shape]["vocab_size"]
+    reset_peak(device)
+    figures.update(sft_check(model, device, precision, args.seq_len, args.rows, args.steps, vocab))
+    model.set_attn_implementation("eager")  # the RL trainer's default kernel, the batch's log-probs included
+    batch = rollout_batch(model, args.prompt_len, args.response_len, args.prompts, 8, vocab)
+    reset_peak(device)
+    figures.update(rl_check(model, device, precision, batch, args.steps))
+    del model
+    figures.update(agreement_check(device, precision))
+    for phase in ("sft", "rl"):
+        figures[f"{phase}_mfu"] = figures[f"{phase}_tflops"] / figures["matmul_peak_tflops"]
+    figures["imports_flows_or_tasks"] = any(name.startswith(("passband.flows", "passband.tasks")) for name in sys.modules)
+    for name, value in figures.items():
+        print(f"{name}: {value:.4g}" if isinstance(value, float) else f"{name}: {value}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
