@@ -49,7 +49,8 @@ def test_a_config_file_that_is_not_yaml(tmp_path: Path) -> None:
 
 def test_verify_an_unknown_task(rows: Path, tmp_path: Path) -> None:
     assert fails_in_one_line("verify", "--task", "maths", str(rows), "-o", str(tmp_path / "out.jsonl")) == (
-        "--task 'maths': not a catalog task (tasks: math, code, ifeval, structured, proof_grading)")
+        "--task 'maths': not a catalog task (tasks: math, code, ifeval, structured, proof_grading), a passband.tasks "
+        "entry point or an import path module:attribute")
 
 
 def test_verify_rules_are_the_configs_names(rows: Path, tmp_path: Path) -> None:

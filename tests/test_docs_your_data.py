@@ -22,22 +22,9 @@ from passband.cli.main import main
 from passband.flows.config import resolve_config
 from passband.flows.pipeline import PipelineConfig
 from passband.training.sft.sources import read_chat_rows
+from doc_blocks import fenced_blocks
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "your-data.md"
-
-
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(info string, body) of every fenced block; a fence is a line starting with ```."""
-    blocks, info, body = [], None, []
-    for line in text.splitlines():
-        if info is None and line.startswith("```"):
-            info, body = line[3:].strip(), []
-        elif info is not None and line.strip() == "```":
-            blocks.append((info, "\n".join(body) + "\n"))
-            info = None
-        elif info is not None:
-            body.append(line)
-    return blocks
 
 
 def block(info: str, first_line: str = "") -> str:

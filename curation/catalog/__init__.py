@@ -1,7 +1,9 @@
 """The task catalog: every task the pipeline knows, registered once in `TASKS`.
 
 Adding a task is one file in this package and one line here; `TaskName`, `VerifierSettings`
-and `task()` follow from `TASKS`.
+and `task()` follow from `TASKS`. A user's task is no line here: `task()` finds it by entry point
+or import path (user.py), and `VerifierSettings.rewards` names rewards of the user's own
+(a function or a reward server) for tasks of the user's rows.
 """
 
 from typing import Any, Literal
@@ -13,6 +15,7 @@ from passband.curation.catalog.ifeval import IFEVAL
 from passband.curation.catalog.structured import STRUCTURED
 from passband.curation.catalog.math import MATH
 from passband.curation.catalog.proof_grading import PROOF_GRADING
+from passband.curation.catalog.reward_server import RewardServerConfig
 from passband.curation.catalog.task import EvalDefaults, Options, Task
 
 TASKS: dict[str, Task] = {
@@ -40,19 +43,48 @@ def _field(name: str, settings: type[Options]) -> tuple[type[Options], Any]:
     return settings, Field(default, exclude_if=lambda value: value == default)
 
 
+# Left out of the dump at their defaults, so that no stored shard's key moves (see _field).
+_USER_FIELDS: dict[str, Any] = {
+    "rewards": (dict[str, str | RewardServerConfig], Field({}, exclude_if=lambda rewards: not rewards, description=(
+        "Task name -> a reward of your own for the rows of that task (docs/your-reward.md): an import path "
+        "`mypkg.rewards:score` of a batched function (completions, references) -> scores, or a reward server "
+        "{url, batch_size, timeout_s, retries, backoff_s, concurrency}. Your code runs in passband's process "
+        "only with PASSBAND_ALLOW_USER_CODE=1."))),
+    "max_error_fraction": (float, Field(0.5, ge=0, le=1, exclude_if=lambda fraction: fraction == 0.5, description=(
+        "Stop the run when more than this fraction of one batch's rollouts of a task of your own (a reward, "
+        "a reward server, an entry-point or import-path task) come back `error`; fewer are masked as ours are."))),
+}
+
 VerifierSettings = create_model(
     "VerifierSettings",
     __base__=Options,
     __doc__="Each task's verifier settings, one field per task, all defaulted.",
     **{name: _field(name, t.Settings) for name, t in TASKS.items()},
+    **_USER_FIELDS,
 )
 
 
 def task(name: str) -> Task:
-    """The task called `name`; ValueError naming the valid tasks otherwise."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
-    return TASKS[name]
+    """The task called `name`: built in, or the user's by entry point or import path (user.py);
+    ValueError naming the valid tasks otherwise."""
+    if name in TASKS:
+        return TASKS[name]
+    from passband.curation.catalog.user import load_user_task, names_user_code  # reads installed metadata
+
+    if not names_user_code(name):
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}, an entry point of the "
+                         "passband.tasks group or an import path module:attribute")
+    return load_user_task(name)
 
 
-__all__ = ["TASKS", "EvalDefaults", "Task", "TaskName", "VerifierSettings", "task"]
+def row_task(name: str) -> Task | None:
+    """The task of rows whose `task` is `name`: built in, or the user's by entry point or import
+    path; None for any other name (one the config scores with `VerifierSettings.rewards`)."""
+    if name in TASKS:
+        return TASKS[name]
+    from passband.curation.catalog.user import load_user_task, names_user_code  # reads installed metadata
+
+    return load_user_task(name) if names_user_code(name) else None
+
+
+__all__ = ["TASKS", "EvalDefaults", "Task", "TaskName", "VerifierSettings", "row_task", "task"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from passband.curation.catalog import TASKS
+from passband.curation.catalog import row_task as catalog_row_task
 from passband.curation.suites.rows import REFERENCE_ENCODING_KEY, validate_row
 
 DEFAULT_SUBDOMAIN = "general"
@@ -201,7 +201,7 @@ def _normalise(
     if isinstance(reference, dict):  # Arrow struct columns fill the keys a row lacks with None
         reference = row["reference"] = {k: v for k, v in reference.items() if v is not None}
     # An unknown or non-string task is reported by validate_row below.
-    row_task = TASKS.get(row["task"]) if isinstance(row.get("task"), str) else None
+    row_task = catalog_row_task(row["task"]) if isinstance(row.get("task"), str) else None
     object_reference = row_task is not None and not row_task.text_reference
     if isinstance(reference, str) and (json_references or object_reference):
         try:
@@ -215,5 +215,5 @@ def _normalise(
         row, reason = row_task.assemble(row)
         if reason is not None:
             return None, f"row {number}: {reason}"
-    reason = validate_row(row, number)
+    reason = validate_row(row, number, task)
     return (None, reason) if reason else (row, None)

@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 
 import pyarrow as pa
 
-from passband.curation.catalog import TASKS
+from passband.curation.catalog import TASKS, row_task
 
 ROW_FIELDS = ("id", "task", "subdomain", "prompt", "reference", "source")
 # Schema metadata key marking a table whose `reference` column is JSON text (our own files),
@@ -24,15 +24,19 @@ class Row(TypedDict):
     """One task-suite row; extra keys are allowed and carried along."""
 
     id: str
-    task: str  # a key of curation.catalog.TASKS
+    task: str  # a key of curation.catalog.TASKS, or a user's task (curation/catalog/user.py)
     subdomain: str  # e.g. "algebra", "strings"; used for stratified sampling
     prompt: str
     reference: str | dict[str, Any]  # str for math, dict for the other tasks
     source: str  # where the row came from: a generator name, a file, a hub dataset
 
 
-def validate_row(row: dict[str, Any], index: int) -> str | None:
-    """Return why `row` (at position `index`) breaks the schema, or None if it is valid."""
+def validate_row(row: dict[str, Any], index: int, declared: str | None = None) -> str | None:
+    """Return why `row` (at position `index`) breaks the schema, or None if it is valid.
+
+    `declared` is the task its source declares: a name that is no task of ours or of the user's
+    code is accepted there, unchecked, as a task whose reward the config names
+    (VerifierSettings.rewards; the flow's config checks the name)."""
     if not isinstance(row, dict):
         return f"row {index}: expected an object, got {type(row).__name__}"
     for field in ROW_FIELDS:
@@ -44,9 +48,10 @@ def validate_row(row: dict[str, Any], index: int) -> str | None:
     for field in ("id", "prompt"):
         if not row[field].strip():
             return f"row {index}: field {field!r} is empty"
-    if row["task"] not in TASKS:
+    checked = row_task(row["task"])
+    if checked is None and row["task"] != declared:
         return f"row {index}: task {row['task']!r} is not one of {list(TASKS)}"
-    problem = TASKS[row["task"]].reference_error(row["reference"])
+    problem = None if checked is None else checked.reference_error(row["reference"])
     return None if problem is None else f"row {index}: {problem}"
 
 

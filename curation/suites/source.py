@@ -77,8 +77,10 @@ class ProblemSource(BaseModel):
     """Config name of a hub dataset (GSM8K's `main`): `load_dataset(path, name, split=split)`."""
     split: str = "train"
     """Split of a hub dataset or of a saved DatasetDict."""
-    task: TaskName | None = None  # type: ignore[valid-type]
-    """Task of the rows in `path` when the file has no `task` column."""
+    task: str | None = None
+    """Task of the rows in `path` when the file has no `task` column: a catalog task, a task of your
+    own (a `passband.tasks` entry point's name or an import path `mypkg.tasks:MyTask`), or a name
+    whose reward `reward.verifiers.rewards` gives (docs/your-reward.md)."""
     column_map: dict[str, str] = {}
     """Rename user columns to ours, e.g. {"question": "prompt", "answer": "reference"}."""
     num_problems: Annotated[int, Field(ge=1)] | Literal["all"] = 32

@@ -1,15 +1,18 @@
 """Scoring rows of mixed tasks where some tasks are judged by a model: the judged tasks' samples go
-to their Judge, every other task's to its program (curation/catalog/verify.py verify_groups), in
-one place for RL's rollouts and evaluation's samples.
+to their Judge, a user's tasks' to the user's reward (curation/catalog/user.py verify_user_groups:
+a function, a reward server or an entry-point task, under the verifier contract), every other
+task's to its program (curation/catalog/verify.py verify_groups), in one place for RL's rollouts
+and evaluation's samples.
 
-With no judge the call is verify_groups itself, unchanged.
+With no judge and no user task the call is verify_groups itself, unchanged.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from passband.curation.catalog import VerifierSettings
+from passband.curation.catalog import TASKS, VerifierSettings
+from passband.curation.catalog.user import verify_user_groups
 from passband.curation.catalog.verify import verify_groups
 from passband.curation.verifiers.result import VerifyResult
 from passband.training.judge.judge import Judge, Judgement
@@ -23,17 +26,22 @@ def score_groups(
 
     prompts[i] is row i's prompt as the task wrote it (the judge's "problem"); a row whose task has
     a judge is scored by it, the others by their task's verifier with `verifiers`."""
-    if not any(name in judges for name in tasks_of_rows):
+    if all(name in TASKS and name not in judges for name in tasks_of_rows):
         return verify_groups(tasks_of_rows, references, completions, verifiers), {}
     if not len(tasks_of_rows) == len(prompts) == len(references) == len(completions):
         raise ValueError(f"{len(tasks_of_rows)} task names, {len(prompts)} prompts, {len(references)} references and "
                          f"{len(completions)} completion groups; need one of each per row")
-    programmatic = [i for i, name in enumerate(tasks_of_rows) if name not in judges]
     results: list[list[VerifyResult | None]] = [[None] * len(group) for group in completions]
-    verified = verify_groups([tasks_of_rows[i] for i in programmatic], [references[i] for i in programmatic],
-                             [completions[i] for i in programmatic], verifiers)
-    for i, group in zip(programmatic, verified, strict=True):
-        results[i] = list(group)
+    ours = [i for i, name in enumerate(tasks_of_rows) if name in TASKS and name not in judges]
+    users = [i for i, name in enumerate(tasks_of_rows) if name not in TASKS and name not in judges]
+    for rows, verified in (
+        (ours, verify_groups([tasks_of_rows[i] for i in ours], [references[i] for i in ours],
+                             [completions[i] for i in ours], verifiers)),
+        (users, verify_user_groups([tasks_of_rows[i] for i in users], [references[i] for i in users],
+                                   [completions[i] for i in users], verifiers.rewards, verifiers.max_error_fraction)),
+    ):
+        for i, group in zip(rows, verified, strict=True):
+            results[i] = list(group)
     judgements: dict[tuple[int, int], Judgement] = {}
     for name, judge in judges.items():
         pairs = [(i, j) for i, row_task in enumerate(tasks_of_rows) if row_task == name for j in range(len(completions[i]))]
