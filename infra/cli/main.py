@@ -310,7 +310,9 @@ def doctor() -> None:
 
 
 @main.command()
-@click.option("--task", "task_name", required=True, help="A catalog task: math, code, ifeval, structured or proof_grading.")
+@click.option("--task", "task_name", required=True,
+              help="A catalog task: math, code, ifeval, structured or proof_grading; or your own, by passband.tasks entry"
+                   " point or import path module:attribute, with PASSBAND_ALLOW_USER_CODE=1 (docs/your-reward.md).")
 @click.argument("input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where the scored rows go; malformed rows go to OUTPUT's stem + .quarantine.jsonl.")
