@@ -54,14 +54,18 @@ class ShardSampling(BaseModel):
     """EngineConfig.kind: the two engines sample differently from the same seed."""
     engine_dtype: str
     """EngineConfig.resolved_dtype(): what the engine runs in (`auto` decided by the flow's machine)."""
+    engine_split_kv: bool = False
+    """EngineConfig.split_kv_attention: on, a sequence's logits depend on what shares its steps."""
 
     def key_fields(self) -> dict[str, Any]:
         """The settings as the shard key hashes them (a flat mapping: the keys, hence the shards'
-        seeds, of every stored shard were computed from exactly these nine entries)."""
+        seeds, of every stored shard were computed from exactly these nine entries; split-KV attention,
+        off by default, adds a tenth only when on, so the default's keys and seeds stay those)."""
         s = self.sampling
         return {"n": s.n, "top_k": self.top_k, "temperature": s.temperature, "top_p": s.top_p,
                 "max_tokens": s.max_tokens, "stop": list(s.stop), "seed": s.seed,
-                "engine_kind": self.engine_kind, "engine_dtype": self.engine_dtype}
+                "engine_kind": self.engine_kind, "engine_dtype": self.engine_dtype,
+                **({"engine_split_kv": True} if self.engine_split_kv else {})}
 
     def for_shard(self, key: str) -> ShardSampling:
         """These settings seeded by the shard's own key (its problems, model, settings): its samples do

