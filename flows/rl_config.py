@@ -3,6 +3,8 @@ checkpoints and held-out evaluation. The update's own settings are `training.rl.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from passband.curation.catalog import TASKS, TaskName, VerifierSettings
@@ -29,6 +31,15 @@ class RewardConfig(Config):
     number, boxed -> last \\boxed{}): training and eval math suites must ask for the same."""
     mask_truncated: bool = True
     """Mask rollouts that hit max_tokens out of the gradient (docs/recipe.md section 4: a cut output is unparsable)."""
+    invalid_reward: Literal["mask", "zero"] = "mask"
+    """What a rollout without a verdict (unparsable, error, timeout; truncated under mask_truncated) trains
+    as. 'mask': left out of the gradient entirely, as docs/recipe.md section 4 says: a reward given to it
+    gives its group non-zero advantages that teach the wrong thing (a format failure is not a wrong answer,
+    and an errored verifier is not the policy's fault). 'zero': reward 0 and kept in the gradient (TRL's and
+    verl's choice), so its group's other rollouts are pushed above it and its own probability down. That
+    helps when the unparsable fraction rises: under 'mask' the probability taken off wrong-but-readable
+    answers can flow into unreadable ones with nothing pushing back. Either way `unparsable_frac` counts
+    them; `num_masked_unparsable` counts the masked ones only."""
     # Left out of the dump while empty, so a run without judges keeps its resolved config, and with
     # it its run key and checkpoints, byte for byte.
     judges: dict[TaskName, JudgeConfig] = Field({}, exclude_if=lambda judges: not judges)

@@ -114,7 +114,8 @@ def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
     from passband.training.rl.batching import build_rollout_batch
 
     return build_rollout_batch([g.samples for g in groups], [g.rewards for g in groups], [g.valid for g in groups],
-                               [g.row["task"] for g in groups], config.reward.mask_truncated, config.sampling.temperature)
+                               [g.row["task"] for g in groups], config.reward.mask_truncated, config.sampling.temperature,
+                               config.reward.invalid_reward)
 
 
 def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from passband.training.engines.protocol import Sample
 
@@ -25,13 +26,16 @@ class RolloutBatch:
     rewards: list[float]
     """Verifier reward in [0, 1]; may be NaN where valid is False (it is never read there)."""
     valid: list[bool]
-    """False: unparsable or truncated. Such rows are masked out of the gradient entirely."""
+    """False: masked out of the gradient entirely (unparsable or truncated, under invalid_reward 'mask')."""
     tasks: list[str]
     """Task name of each row (e.g. 'math', 'code', 'ifeval'), for per-task metrics."""
     group_size: int
     """G: rollouts per prompt."""
     truncated: list[bool] | None = None
     """True where the engine stopped at max_tokens (finish_reason 'length'); None if unknown."""
+    unscored: list[bool] | None = None
+    """True where the row had no verdict (unparsable, error, timeout; truncated under mask_truncated) but
+    invalid_reward 'zero' kept it in the gradient with reward 0; None: every such row is invalid instead."""
     temperature: float = 1.0
     """The temperature the responses were sampled at: the trainer's log-probs divide the logits by it,
     so that they are those of the sampled distribution (the engine's `engine_logp` are)."""
@@ -40,8 +44,9 @@ class RolloutBatch:
         num_rows = len(self.response_ids)
         fields = {"prompt_ids": self.prompt_ids, "engine_logp": self.engine_logp, "rewards": self.rewards,
                   "valid": self.valid, "tasks": self.tasks}
-        if self.truncated is not None:
-            fields["truncated"] = self.truncated
+        for name in ("truncated", "unscored"):
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
         for name, values in fields.items():
             if len(values) != num_rows:
                 raise ValueError(f"RolloutBatch.{name} has {len(values)} rows but response_ids has {num_rows}")
@@ -72,6 +77,7 @@ def build_rollout_batch(
     tasks: list[str],
     mask_truncated: bool = True,
     temperature: float = 1.0,
+    invalid_reward: Literal["mask", "zero"] = "mask",
 ) -> RolloutBatch:
     """Flatten the engine's samples (one list of G per prompt) into a `RolloutBatch`.
 
@@ -79,6 +85,8 @@ def build_rollout_batch(
     tasks: one task name per prompt. mask_truncated: also mark samples that hit max_tokens
     invalid (docs/recipe.md section 4: a truncated output is unparsable, whatever the verifier extracted).
     temperature: the sampling temperature of the samples (RolloutBatch.temperature).
+    invalid_reward: what a row without a verdict becomes: 'mask' invalid (out of the gradient), 'zero' a
+    valid row with reward 0, marked in RolloutBatch.unscored (flows.rl_config.RewardConfig.invalid_reward).
     """
     if not (len(samples_per_prompt) == len(rewards) == len(valid) == len(tasks)):
         raise ValueError(
@@ -87,7 +95,7 @@ def build_rollout_batch(
         )
     group_size = len(samples_per_prompt[0]) if samples_per_prompt else 1
     batch: dict[str, list] = {"prompt_ids": [], "response_ids": [], "engine_logp": [], "rewards": [], "valid": [],
-                              "tasks": [], "truncated": []}
+                              "tasks": [], "truncated": [], "unscored": []}
     for p, (samples, group_rewards, group_valid) in enumerate(zip(samples_per_prompt, rewards, valid)):
         if not (len(samples) == len(group_rewards) == len(group_valid) == group_size):
             raise ValueError(
@@ -101,8 +109,13 @@ def build_rollout_batch(
             batch["prompt_ids"].append(list(sample.prompt_token_ids))
             batch["response_ids"].append(list(sample.token_ids))
             batch["engine_logp"].append(list(sample.logprobs))
-            batch["rewards"].append(math.nan if reward is None else float(reward))
-            batch["valid"].append(bool(is_valid) and not (mask_truncated and truncated))
+            scored = bool(is_valid) and not (mask_truncated and truncated)
+            zeroed = not scored and invalid_reward == "zero"
+            batch["rewards"].append(0.0 if zeroed else math.nan if reward is None else float(reward))
+            batch["valid"].append(scored or zeroed)
+            batch["unscored"].append(zeroed)
             batch["tasks"].append(tasks[p])
             batch["truncated"].append(truncated)
+    if invalid_reward == "mask":  # no row is zeroed: the batch stays what it was before the setting
+        del batch["unscored"]
     return RolloutBatch(group_size=group_size, temperature=temperature, **batch)

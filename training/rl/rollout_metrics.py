@@ -4,7 +4,8 @@ Conventions, stated once:
 - reward: mean over ALL rows with an invalid (unparsable/truncated) row counted as 0, the score
   an evaluator would give it; the gradient never sees that 0 (the row is masked out).
 - pass_rate: fraction of all rows that are valid with reward >= 1.0 (a verifier's full pass).
-- unparsable_frac: fraction of rows marked invalid; num_masked_unparsable counts them.
+- unparsable_frac: fraction of rows without a verdict: the invalid ones, and under invalid_reward 'zero'
+  the unscored ones (trained on with reward 0); num_masked_unparsable counts the invalid ones only.
 - response_len_mean / _max: response tokens, over all rows.
 - truncated_frac: rows that hit max_tokens (only when the batch knows it).
 Keys are `{task}/{name}`, plus the same names without a prefix for the whole batch.
@@ -21,10 +22,11 @@ def _summary(batch: RolloutBatch, rows: list[int]) -> dict[str, float]:
     num_rows = max(len(rows), 1)
     lengths = [len(batch.response_ids[i]) for i in rows]
     rewards = [batch.rewards[i] if batch.valid[i] else 0.0 for i in rows]
+    unscored = batch.unscored or [False] * batch.num_rows
     summary = {
         "reward": sum(rewards) / num_rows,
         "pass_rate": sum(batch.valid[i] and batch.rewards[i] >= PASS_REWARD for i in rows) / num_rows,
-        "unparsable_frac": sum(not batch.valid[i] for i in rows) / num_rows,
+        "unparsable_frac": sum(not batch.valid[i] or unscored[i] for i in rows) / num_rows,
         "response_len_mean": sum(lengths) / num_rows,
         "response_len_max": float(max(lengths, default=0)),
     }
