@@ -1,6 +1,7 @@
 """docs/your-reward.md, run: its package (tests/user_package.py writes and installs it), its rows,
 my-reward.yaml and my-server.yaml read as `passband run rl --config ...` reads them, the rows loaded
-(ProblemSource.load, as the flow's problem_rows) and scored as the flow scores them (score_groups), its reward_server.py started on loopback
+(ProblemSource.load, as the flow's problem_rows) and scored as the flow scores them (score_groups), my-reward-model.yaml
+with a tiny random classifier in its folder, its reward_server.py started on loopback
 (then killed), and its `passband verify` line.
 """
 
@@ -35,7 +36,7 @@ def page_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     (tmp_path / "data").mkdir()
     for name in ("data/opposites.jsonl", "data/capitals.jsonl"):
         (tmp_path / name).write_text(block(f"jsonl {name}"))
-    for name in ("my-reward.yaml", "my-server.yaml"):
+    for name in ("my-reward.yaml", "my-server.yaml", "my-reward-model.yaml"):
         (tmp_path / name).write_text(block(f"yaml {name}"))
     monkeypatch.chdir(tmp_path)
     yield tmp_path
@@ -120,3 +121,17 @@ def test_the_verify_line(page_home: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert result.exit_code == 0, result.output
     assert [(row["id"], row["score"], row["status"]) for row in map(json.loads, Path("scored.jsonl").read_text().splitlines())] == [
         ("a", 1.0, "pass"), ("b", 0.0, "unparsable")]
+
+
+def test_the_reward_model_config(page_home: Path) -> None:
+    from passband.curation.catalog.reward_model import RewardModelConfig
+    from test_reward_model import alone, build_reward_model
+
+    config = resolve_config(RLConfig, "rl", config_files=[Path("my-reward.yaml"), Path("my-reward-model.yaml")])
+    model = config.reward.verifiers.rewards["opposites"]
+    assert model == RewardModelConfig(model="models/my-reward-model", batch_size=8, max_length=1024, device="auto")
+    build_reward_model(Path("models/my-reward-model"))
+    results, _ = score_groups(["opposites"], ["What is the opposite of hot?"], ["cold"], [["cold", "warm"]],
+                              config.reward.verifiers, {})
+    expected = [alone(Path("models/my-reward-model"), "What is the opposite of hot?", text) for text in ("cold", "warm")]
+    assert [r.score for r in results[0]] == pytest.approx(expected, abs=1e-5)

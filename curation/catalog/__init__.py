@@ -15,6 +15,7 @@ from passband.curation.catalog.ifeval import IFEVAL
 from passband.curation.catalog.structured import STRUCTURED
 from passband.curation.catalog.math import MATH
 from passband.curation.catalog.proof_grading import PROOF_GRADING
+from passband.curation.catalog.reward_model import RewardModelConfig
 from passband.curation.catalog.reward_server import RewardServerConfig
 from passband.curation.catalog.task import EvalDefaults, Options, Task
 
@@ -45,11 +46,13 @@ def _field(name: str, settings: type[Options]) -> tuple[type[Options], Any]:
 
 # Left out of the dump at their defaults, so that no stored shard's key moves (see _field).
 _USER_FIELDS: dict[str, Any] = {
-    "rewards": (dict[str, str | RewardServerConfig], Field({}, exclude_if=lambda rewards: not rewards, description=(
-        "Task name -> a reward of your own for the rows of that task (docs/your-reward.md): an import path "
-        "`mypkg.rewards:score` of a batched function (completions, references) -> scores, or a reward server "
-        "{url, batch_size, timeout_s, retries, backoff_s, concurrency}. Your code runs in passband's process "
-        "only with PASSBAND_ALLOW_USER_CODE=1."))),
+    "rewards": (dict[str, str | RewardServerConfig | RewardModelConfig], Field(
+        {}, exclude_if=lambda rewards: not rewards, description=(
+            "Task name -> a reward of your own for the rows of that task (docs/your-reward.md): an import path "
+            "`mypkg.rewards:score` of a batched function (completions, references) -> scores, a reward server "
+            "{url, batch_size, timeout_s, retries, backoff_s, concurrency}, or a reward model {model, batch_size, "
+            "max_length, device} (a sequence-classification checkpoint, reward sigmoid(logit)). Your code runs in "
+            "passband's process only with PASSBAND_ALLOW_USER_CODE=1."))),
     "max_error_fraction": (float, Field(0.5, ge=0, le=1, exclude_if=lambda fraction: fraction == 0.5, description=(
         "Stop the run when more than this fraction of one batch's rollouts of a task of your own (a reward, "
         "a reward server, an entry-point or import-path task) come back `error`; fewer are masked as ours are."))),

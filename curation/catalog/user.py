@@ -92,9 +92,10 @@ def _load(name: str) -> Any:
     return point.load()
 
 
-def user_scorer(name: str, rewards: dict[str, str | RewardServerConfig]) -> Task:
+def user_scorer(name: str, rewards: dict[str, Any]) -> Task:
     """What scores rows of the task `name`: the reward `rewards` names for it (an import path or
-    a reward server), else the user's task `name` itself."""
+    a reward server; a reward model reads prompts too, so training/judge/score.py scores it),
+    else the user's task `name` itself."""
     spec = rewards.get(name)
     if isinstance(spec, RewardServerConfig):
         return RewardServer(name, spec)
@@ -105,7 +106,7 @@ def user_scorer(name: str, rewards: dict[str, str | RewardServerConfig]) -> Task
 
 def verify_user_groups(
     tasks_of_rows: list[str], references: list[Any], completions: list[list[str]],
-    rewards: dict[str, str | RewardServerConfig], max_error_fraction: float,
+    rewards: dict[str, Any], max_error_fraction: float,
 ) -> list[list[VerifyResult]]:
     """results[i][j] for completion j of row i, where every row's task is the user's (not built
     in): catalog/verify.py's verify_groups for them, one call per task, and UserRewardError when

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from passband.curation.catalog import TASKS, VerifierSettings
+from passband.curation.catalog.reward_model import RewardModelConfig
 from passband.curation.catalog.user import verify_user_groups
 from passband.curation.catalog.verify import verify_groups
 from passband.curation.verifiers.result import VerifyResult
@@ -24,16 +25,28 @@ def score_groups(
 ) -> tuple[list[list[VerifyResult]], dict[tuple[int, int], Judgement]]:
     """(results[i][j] for completion j of row i, the Judgement of every judged (i, j)).
 
-    prompts[i] is row i's prompt as the task wrote it (the judge's "problem"); a row whose task has
-    a judge is scored by it, the others by their task's verifier with `verifiers`."""
-    if all(name in TASKS and name not in judges for name in tasks_of_rows):
+    prompts[i] is row i's prompt as the task wrote it (the judge's and the reward model's "problem");
+    a row whose task has a judge is scored by it, one whose task `verifiers.rewards` names by that
+    reward (a function, a server, a reward model; for a built-in task too), the others by their
+    task's verifier with `verifiers` (ours, or the user's entry-point or import-path task)."""
+    if not judges and not verifiers.rewards and all(name in TASKS for name in tasks_of_rows):
         return verify_groups(tasks_of_rows, references, completions, verifiers), {}
     if not len(tasks_of_rows) == len(prompts) == len(references) == len(completions):
         raise ValueError(f"{len(tasks_of_rows)} task names, {len(prompts)} prompts, {len(references)} references and "
                          f"{len(completions)} completion groups; need one of each per row")
     results: list[list[VerifyResult | None]] = [[None] * len(group) for group in completions]
-    ours = [i for i, name in enumerate(tasks_of_rows) if name in TASKS and name not in judges]
-    users = [i for i, name in enumerate(tasks_of_rows) if name not in TASKS and name not in judges]
+    modelled = {name: spec for name, spec in verifiers.rewards.items() if isinstance(spec, RewardModelConfig)}
+    # a task is scored by its judge, else by the reward `rewards` names for it (a built-in task's
+    # verifier replaced too), else by its own verifier: ours, or the user's entry-point task
+    def ours_by_program(name: str) -> bool:
+        return name in TASKS and name not in judges and name not in verifiers.rewards
+
+    ours = [i for i, name in enumerate(tasks_of_rows) if ours_by_program(name)]
+    users = [i for i, name in enumerate(tasks_of_rows)
+             if not ours_by_program(name) and name not in judges and name not in modelled]
+    for name, spec in modelled.items():
+        if name not in judges:
+            score_by_model(name, spec, tasks_of_rows, prompts, completions, results)
     for rows, verified in (
         (ours, verify_groups([tasks_of_rows[i] for i in ours], [references[i] for i in ours],
                              [completions[i] for i in ours], verifiers)),
@@ -50,6 +63,17 @@ def score_groups(
             results[i][j] = judgement.result
             judgements[(i, j)] = judgement
     return results, judgements  # type: ignore[return-value]  # every slot was filled above
+
+
+def score_by_model(name: str, config: RewardModelConfig, tasks_of_rows: list[str], prompts: list[Any],
+                   completions: list[list[str]], results: list[list[VerifyResult | None]]) -> None:
+    """Fill results[i][j] for every completion of the rows of task `name` with the reward model's verdict."""
+    from passband.training.judge.reward_model import score_with_model  # torch and transformers
+
+    pairs = [(i, j) for i, row_task in enumerate(tasks_of_rows) if row_task == name for j in range(len(completions[i]))]
+    scored = score_with_model(config, [prompts[i] for i, _ in pairs], [completions[i][j] for i, j in pairs])
+    for (i, j), result in zip(pairs, scored, strict=True):
+        results[i][j] = result
 
 
 def judgement_columns(judgement: Judgement | None) -> dict[str, Any]:
