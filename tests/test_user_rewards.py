@@ -149,3 +149,12 @@ def test_verify_a_file_with_a_users_task(mypkg: Path, tmp_path: Path, monkeypatc
     assert refused.exit_code == 2 and refused.stderr.splitlines() == [
         "Error: --task 'capitals': task 'capitals' is your own code, which would run inside passband's process: "
         "set PASSBAND_ALLOW_USER_CODE=1 to allow it"]
+
+
+def test_a_reward_named_for_a_built_in_task_replaces_its_verifier(mypkg: Path) -> None:
+    completions = [["The answer is 4", "4 apples"]]
+    ours, _ = score_groups(["math"], ["2+2?"], ["4"], completions, VerifierSettings(), {})
+    assert [r.status for r in ours[0]] == ["pass", "pass"]  # math's rule: the last number
+    theirs, _ = score_groups(["math"], ["2+2?"], ["4"], completions,
+                             VerifierSettings(rewards={"math": "mypkg.rewards:last_word"}), {})
+    assert [r.status for r in theirs[0]] == ["pass", "fail"]  # the page's rule: the last word
