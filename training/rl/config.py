@@ -74,6 +74,16 @@ class RLAlgoConfig(BaseModel):
     max_tokens: int | None = Field(
         default=None, gt=0, description="The constant divisor of aggregation='seq_sum' (the response-length budget)."
     )
+    dual_clip: float | None = Field(
+        default=3.0, description="c of dual-clip PPO (Ye et al. 2020): for A < 0 the per-token objective is bounded "
+        "below by c A, so a token the policy now likes c times more than pi_old did adds loss c |A| and no gradient "
+        "(training.rl.objectives.policy_loss); must be > 1; None: no bound but the exp clamp. With "
+        "behaviour_policy 'engine', or stale rollouts, pi_old is not theta_k, and a ratio far above 1 with A < 0 is "
+        "otherwise bounded only there. It never binds on the demo: with the trainer as pi_old the first inner step's "
+        "ratio is exactly 1, and the recipe preset's second inner step reached a ratio of 1.61 (docs/benchmarks.md, "
+        "'Which sequence-level clip binds'); tests/test_rl_dual_clip.py shows on-policy updates bit-identical with "
+        "and without it. Off under cov_method 'kl_cov', whose surrogate is unclipped. `clip_frac_dual` says how often it binds.",
+    )
 
     # Trajectory reuse and optimization.
     num_inner_steps: int = Field(
@@ -266,6 +276,9 @@ class RLAlgoConfig(BaseModel):
                 "kl_level='sequence' sets the KL LOSS's level; k1 in the reward is already one penalty per sequence: "
                 "leave kl_level='token' or use kl_placement='loss'"
             )
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(f"dual_clip={self.dual_clip} would bound a negative-advantage token's loss at or below its "
+                             "unclipped value at ratio 1: set c > 1 (3 is usual) or None to turn it off")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {self.betas}")
         # Refuse k1 as a loss (zero expected gradient) and warn on k3 as a loss, even at kl_coef=0,

@@ -44,6 +44,8 @@ class LossSettings:
     kl_weight_cap: float | None
     """Cap of the KL loss's off-policy weight: the correction's C, None (uncapped) without one."""
     kl_cov_coef: float
+    dual_clip: float | None = None
+    """c of the dual clip for A < 0 (`policy_loss`); None: none (always under KL-Cov, whose surrogate is unclipped)."""
 
 
 def loss_settings(cfg: RLAlgoConfig) -> LossSettings:
@@ -53,6 +55,7 @@ def loss_settings(cfg: RLAlgoConfig) -> LossSettings:
         level=cfg.level, clip_low=clip_low, clip_high=clip_high, aggregation=cfg.aggregation,
         max_tokens=cfg.max_tokens, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, kl_level=cfg.kl_level,
         kl_weight_cap=None if cfg.correction == "none" else cfg.correction_threshold, kl_cov_coef=cfg.kl_cov_coef,
+        dual_clip=None if cfg.cov_method == "kl_cov" else cfg.dual_clip,
     )
 
 
@@ -130,7 +133,7 @@ def compute_loss(logp: Tensor, inputs: LossInputs, settings: LossSettings, with_
     policy, metrics = policy_loss(
         logp, inputs.old_logp, inputs.advantages, mask, level=settings.level, clip_low=settings.clip_low,
         clip_high=settings.clip_high, aggregation=settings.aggregation, weights=inputs.weights,
-        max_tokens=settings.max_tokens, with_metrics=with_metrics,
+        max_tokens=settings.max_tokens, with_metrics=with_metrics, dual_clip=settings.dual_clip,
     )
     loss = policy * share
     if with_metrics:

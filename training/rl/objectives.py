@@ -81,6 +81,7 @@ def policy_loss(
     weights: Tensor | None = None,
     max_tokens: int | None = None,
     with_metrics: bool = True,
+    dual_clip: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate to MINIMIZE: -min(r A, clip(r, 1-clip_low, 1+clip_high) A), aggregated.
 
@@ -92,10 +93,14 @@ def policy_loss(
 
     Which side clips: for A > 0 the objective stops rewarding r above 1 + clip_high ("high");
     for A < 0 it stops rewarding r below 1 - clip_low ("low"). Clipped tokens get no gradient.
+    dual_clip: c > 1 (Ye et al. 2020, dual-clip PPO): for A < 0 the objective is bounded below by c A,
+    max(min(r A, clip(r) A), c A), so a token with r > c (pi_theta far above pi_old, which nothing else
+    bounds for A < 0 but the exp clamp) adds loss c |A| and no gradient, instead of r |A| growing with r.
     Metrics (python floats): clip_frac_low, clip_frac_high and their sum clip_frac (the fraction
     of response tokens whose term is clipped for level="token"; of sequences with response
     tokens for level="sequence", where the clip acts on the whole sequence), ratio_mean,
-    ratio_max, ratio_min (over response tokens, or over sequences for level="sequence").
+    ratio_max, ratio_min (over response tokens, or over sequences for level="sequence"), and
+    with a dual clip, clip_frac_dual, the fraction where it binds (not part of clip_frac).
     with_metrics=False: none (`{}`); they are read off the device, which a micro-batch's loss
     should not wait for.
     """
@@ -105,6 +110,10 @@ def policy_loss(
     ratio = policy_ratio(logp, old_logp.detach(), mask, level)  # [B, T]
     clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     per_token = -torch.minimum(ratio * advantages, clipped_ratio * advantages)
+    dual_clipped = None
+    if dual_clip is not None:
+        dual_clipped = (advantages < 0) & (ratio > dual_clip)  # [B, T]; there -min(...) = -r A > -c A
+        per_token = torch.where(dual_clipped, -dual_clip * advantages, per_token)
     if weights is not None:
         # Padding weights are never read, even in backward (0 * NaN would be NaN).
         per_token = per_token * torch.where(mask > 0, weights.detach(), torch.zeros_like(per_token))
@@ -116,11 +125,13 @@ def policy_loss(
         is_response = mask > 0
         clipped_high = is_response & (advantages > 0) & (ratio > 1.0 + clip_high)  # [B, T]
         clipped_low = is_response & (advantages < 0) & (ratio < 1.0 - clip_low)
+        clipped_dual = is_response & (dual_clipped if dual_clipped is not None else torch.zeros_like(is_response))
         if level == "sequence":
             # One ratio per sequence: count sequences, so an 8-token sequence is not 8 clips.
             has_tokens = is_response.any(dim=-1)  # [B]
             ratio_values = ratio[:, 0][has_tokens]  # one value per sequence
-            clipped_high, clipped_low = clipped_high.any(dim=-1), clipped_low.any(dim=-1)  # [B]
+            clipped_high, clipped_low, clipped_dual = (clipped.any(dim=-1) for clipped in
+                                                       (clipped_high, clipped_low, clipped_dual))  # [B]
             count = has_tokens.sum().clamp(min=1)
         else:
             ratio_values = ratio[is_response]
@@ -135,5 +146,7 @@ def policy_loss(
             "ratio_max": ratio_values.max(),
             "ratio_min": ratio_values.min(),
         }
-    # One read of the device for all six (widened to float64, exactly: the floats are those of .item()).
+        if dual_clip is not None:
+            metrics["clip_frac_dual"] = clipped_dual.sum() / count
+    # One read of the device for all of them (widened to float64, exactly: the floats are those of .item()).
     return loss, dict(zip(metrics, torch.stack([value.double() for value in metrics.values()]).tolist()))
