@@ -96,7 +96,8 @@ class RLAlgoConfig(BaseModel):
         default=True,
         description="With num_inner_steps=1, take pi_old from the one step's own forward (detached) instead of a "
         "separate no-grad scoring pass over the trained rows, when nothing needs the whole batch's log-probs before "
-        "the loss: no KL in the reward, cov_method 'none', max_vllm_kl None (training.rl.update). The same loss, "
+        "the loss: no KL in the reward, cov_method 'none', max_vllm_kl None, correction_denominator 'all' "
+        "(training.rl.update). The same loss, "
         "gradients and metrics (tests/test_rl_fused_scoring.py), one forward fewer; False forces the two passes.",
     )
     lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate.")
@@ -183,6 +184,16 @@ class RLAlgoConfig(BaseModel):
     geo_threshold_low: float | None = Field(
         default=None, gt=1, description="geo_mis rejects rows whose geometric mean is below 1/geo_threshold_low; "
         "None: geo_threshold (symmetric)."
+    )
+    correction_denominator: Literal["all", "kept"] = Field(
+        default="all", description="Which tokens and rows the loss divides by (its token_mean / sequence counts): "
+        "'all' the trained ones, the correction's rejected ones included (weight 0), so a batch's step shrinks by "
+        "its rejected fraction; 'kept' only those the correction keeps (weight > 0), so it does not. 'kept' needs "
+        "every row's correction before the first loss, so it turns the fused first step off (one more forward, "
+        "~20% of training). 'all' by default, from docs/benchmarks.md ('Staleness'): on policy (k = 0, the "
+        "default) seq-MIS rejected 0-4% of sequences at 128 tokens and 0% at 512, a step at most ~4% short, not "
+        "worth that forward nor moving the demo; one update stale at 512 tokens it rejected 15.6%, varying by "
+        "batch: with rollout.max_off_policy_steps > 0 on long responses take 'kept' (or correction 'token_mis').",
     )
     max_vllm_kl: float | None = Field(
         default=None, gt=0, description="Skip the update (report skipped=1) when the batch's vllm_kl exceeds this; None: never skip."

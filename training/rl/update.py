@@ -18,7 +18,7 @@ Called by the flow between rollouts and weight sync (docs/recipe.md section 4-7)
 One forward instead of two (cfg.fused_scoring, `_fuses_scoring`): with one inner step, theta_k is
 the step's own theta, so its forward already computes pi_old. When nothing needs the whole
 batch's log-probs before the loss (no KL in the reward, no Clip-/KL-Cov selection, no max_vllm_kl
-skip), the rows to be trained skip pass 1: the inner step takes pi_old (detached) and the
+skip, no correction_denominator 'kept'), the rows to be trained skip pass 1: the inner step takes pi_old (detached) and the
 correction, both per row, from each micro-batch's forward before that micro-batch's loss, and
 pass 1's metrics are read off the same log-probs afterwards. The ratio is exp(logp -
 logp.detach()) = 1 exactly, as TRL's at num_iterations=1; only rows that are not trained (invalid
@@ -143,7 +143,10 @@ def _fuses_scoring(cfg: RLAlgoConfig) -> bool:
     """Whether pi_old can come from the one inner step's own forward (module docstring): every use
     of the trainer's log-probs before the loss is then per row (the correction weights) or absent."""
     return (cfg.fused_scoring and cfg.num_inner_steps == 1 and cfg.cov_method == "none" and cfg.max_vllm_kl is None
-            and not (cfg.kl_coef > 0 and cfg.kl_placement == "reward"))
+            and not (cfg.kl_coef > 0 and cfg.kl_placement == "reward")
+            # 'kept' divides by the tokens the whole batch's correction keeps, which the first micro-batch's
+            # loss cannot know before the later micro-batches are forwarded.
+            and cfg.correction_denominator == "all")
 
 
 def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[int], cfg: RLAlgoConfig,
@@ -241,9 +244,14 @@ def _loss_inputs(
     """Everything algorithm-specific, decided once at theta_k (all `[B, T]` but advantages `[B]`).
 
     mask: the training mask (valid rows of kept groups); correction: `importance_weights` at theta_k.
+    With correction_denominator 'kept' the mask, and with it every count the loss divides by, drops the
+    tokens the correction rejects (a rejected row has none left): their policy and KL terms are 0 either way,
+    and KL-Cov's penalty leaves them too.
     """
     old_logp = trainer_logp if cfg.behaviour_policy == "trainer" else engine_logp
     keep = (correction > 0).to(correction.dtype)  # the correction's rejections, 0/1
+    if cfg.correction_denominator == "kept":
+        mask = mask * keep
     # With the engine as pi_old the ratio pi_theta/pi_engine already contains rho, so reweighting
     # by rho again would count the mismatch twice: only the correction's rejections apply.
     weights = correction if cfg.behaviour_policy == "trainer" else keep
