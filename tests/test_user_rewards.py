@@ -158,3 +158,20 @@ def test_a_reward_named_for_a_built_in_task_replaces_its_verifier(mypkg: Path) -
     theirs, _ = score_groups(["math"], ["2+2?"], ["4"], completions,
                              VerifierSettings(rewards={"math": "mypkg.rewards:last_word"}), {})
     assert [r.status for r in theirs[0]] == ["pass", "fail"]  # the page's rule: the last word
+
+
+def test_a_data_row_alone_never_names_an_import_path(mypkg: Path) -> None:
+    """Only the config declares an import path: a file's row naming one is quarantined, unimported."""
+    path = mypkg / "rows.jsonl"
+    path.write_text("".join(json.dumps({"id": name, "task": name, "subdomain": "s", "prompt": "p", "reference": "r",
+                                        "source": "elsewhere"}) + "\n"
+                            for name in ("subprocess:call", "mypkg.broken:boom")))
+    loaded = load_rows(str(path))
+    assert loaded.rows == [] and [q["reason"] for q in loaded.quarantined] == [
+        "row 1: task 'subprocess:call' is not one of ['math', 'code', 'ifeval', 'structured', 'proof_grading']",
+        "row 2: task 'mypkg.broken:boom' is not one of ['math', 'code', 'ifeval', 'structured', 'proof_grading']"]
+    assert "mypkg.broken" not in sys.modules
+    declared = load_rows(str(path), task="mypkg.broken:boom")
+    assert [row["id"] for row in declared.rows] == ["mypkg.broken:boom"]
+    assert [q["reason"] for q in declared.quarantined] == [
+        "row 1: task 'subprocess:call' differs from requested 'mypkg.broken:boom'"]

@@ -80,13 +80,18 @@ def task(name: str) -> Task:
     return load_user_task(name)
 
 
-def row_task(name: str) -> Task | None:
-    """The task of rows whose `task` is `name`: built in, or the user's by entry point or import
-    path; None for any other name (one the config scores with `VerifierSettings.rewards`)."""
+def row_task(name: str, declared: str | None = None) -> Task | None:
+    """The task of rows whose `task` is `name`: built in, or the user's by entry point, or by import
+    path when the config `declared` it (a source's `task`); None for any other name (one the config
+    scores with `VerifierSettings.rewards`, or none). A data row alone never names an import path:
+    a file from elsewhere could otherwise run any callable it names (`subprocess:call`) on the
+    completions."""
     if name in TASKS:
         return TASKS[name]
-    from passband.curation.catalog.user import load_user_task, names_user_code  # reads installed metadata
+    from passband.curation.catalog.user import is_import_path, load_user_task, names_user_code  # installed metadata
 
+    if is_import_path(name) and name != declared:
+        return None
     return load_user_task(name) if names_user_code(name) else None
 
 

@@ -201,7 +201,7 @@ def _normalise(
     if isinstance(reference, dict):  # Arrow struct columns fill the keys a row lacks with None
         reference = row["reference"] = {k: v for k, v in reference.items() if v is not None}
     # An unknown or non-string task is reported by validate_row below.
-    row_task = catalog_row_task(row["task"]) if isinstance(row.get("task"), str) else None
+    row_task = catalog_row_task(row["task"], task) if isinstance(row.get("task"), str) else None
     object_reference = row_task is not None and not row_task.text_reference
     if isinstance(reference, str) and (json_references or object_reference):
         try:

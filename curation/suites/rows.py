@@ -36,7 +36,8 @@ def validate_row(row: dict[str, Any], index: int, declared: str | None = None) -
 
     `declared` is the task its source declares: a name that is no task of ours or of the user's
     code is accepted there, unchecked, as a task whose reward the config names
-    (VerifierSettings.rewards; the flow's config checks the name)."""
+    (VerifierSettings.rewards; the flow's config checks the name), and an import path is taken
+    only there (catalog.row_task)."""
     if not isinstance(row, dict):
         return f"row {index}: expected an object, got {type(row).__name__}"
     for field in ROW_FIELDS:
@@ -48,7 +49,7 @@ def validate_row(row: dict[str, Any], index: int, declared: str | None = None) -
     for field in ("id", "prompt"):
         if not row[field].strip():
             return f"row {index}: field {field!r} is empty"
-    checked = row_task(row["task"])
+    checked = row_task(row["task"], declared)
     if checked is None and row["task"] != declared:
         return f"row {index}: task {row['task']!r} is not one of {list(TASKS)}"
     problem = None if checked is None else checked.reference_error(row["reference"])

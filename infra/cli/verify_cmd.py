@@ -104,7 +104,7 @@ def task_settings(task: str, settings: dict[str, Any]) -> tuple[Task, Options]:
     from passband.curation.catalog import TASKS, row_task  # heavy-ish: kept out of `passband --help`
 
     try:  # a user's task (entry point or import path) is refused in one line without the opt-in
-        checked = row_task(task)
+        checked = row_task(task, declared=task)  # the command line declares it
     except ValueError as err:
         raise ConfigError(f"--task {task!r}: {err}") from err
     if checked is None:
