@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.rl.kl_rules import check_kl_placement, refuse_renamed_estimator
+from passband.training.sft.schedule import lr_at
 from passband.training.precision_setting import DeviceSetting, PrecisionSetting
 
 # What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
@@ -100,7 +101,21 @@ class RLAlgoConfig(BaseModel):
         "(training.rl.update). The same loss, "
         "gradients and metrics (tests/test_rl_fused_scoring.py), one forward fewer; False forces the two passes.",
     )
-    lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate.")
+    lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate (the peak, reached after lr_warmup_steps).")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        default="constant", description="The rate after warmup: constant (the default, the demo's), or linear / "
+        "cosine decay to 0 over lr_decay_steps (training.sft.schedule.lr_at, SFT's rule). The step is the "
+        "optimizer's own count (AdamW's state step), which a checkpoint keeps, so a resumed run sets the same rate at "
+        "every step as an uninterrupted one; an update skipped (max_vllm_kl) takes no step and moves no rate.",
+    )
+    lr_warmup_steps: int = Field(
+        default=0, ge=0, description="Optimizer steps (num_inner_steps per iteration) of linear warmup from "
+        "lr/lr_warmup_steps to lr; 0: none.",
+    )
+    lr_decay_steps: int | None = Field(
+        default=None, gt=0, description="Optimizer steps of linear/cosine decay after warmup (e.g. num_iterations x "
+        "num_inner_steps); past them the rate stays at its last value. Required by linear/cosine, refused by constant.",
+    )
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW (beta1, beta2).")
     grad_clip: float | None = Field(
@@ -244,6 +259,11 @@ class RLAlgoConfig(BaseModel):
             )
         return {**data, **{name: value for name, value in LEVEL_DEFAULTS[level].items() if data.get(name) is None}}
 
+    def lr_factor(self, step: int) -> float:
+        """The scheduled rate at optimizer step `step` (0-based) as a fraction of lr (training.sft.schedule.lr_at)."""
+        num_steps = self.lr_warmup_steps + (self.lr_decay_steps or 1)  # constant: 1.0 from the end of warmup on
+        return lr_at(min(step, num_steps - 1), 1.0, self.lr_warmup_steps, num_steps, self.lr_schedule)
+
     def correction_bounds(self) -> tuple[float, float | None]:
         """(C_high, C_low) for `importance_weights`: geo_mis has its own thresholds, the others share C."""
         return self.rejection_bounds().get(self.correction, (self.correction_threshold, self.correction_threshold_low))
@@ -287,6 +307,10 @@ class RLAlgoConfig(BaseModel):
                 "kl_level='sequence' sets the KL LOSS's level; k1 in the reward is already one penalty per sequence: "
                 "leave kl_level='token' or use kl_placement='loss'"
             )
+        if (self.lr_schedule == "constant") != (self.lr_decay_steps is None):
+            raise ValueError(f"lr_schedule={self.lr_schedule!r} with lr_decay_steps={self.lr_decay_steps}: linear and "
+                             "cosine decay over lr_decay_steps (set it, e.g. num_iterations x num_inner_steps); "
+                             "constant has no decay (leave it None)")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError(f"dual_clip={self.dual_clip} would bound a negative-advantage token's loss at or below its "
                              "unclipped value at ratio 1: set c > 1 (3 is usual) or None to turn it off")

@@ -318,6 +318,7 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
             p.grad = torch.zeros_like(p)
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
     grad_norm = float(full_norm(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+    _set_scheduled_lr(optimizer, params, cfg)
     optimizer.step()
     # The forwarded rows at once (no gradient): their loss is the sum of the micro-batch shares, the
     # full-batch loss (a skipped row's share is 0), and the clip/ratio fractions are over the forwarded
@@ -326,6 +327,18 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
     with torch.no_grad():
         full = compute_loss(step_logp[index], inputs_at(step_logp).rows(index, step_logp.shape[1]), settings)
     return {"loss": full.loss.item(), "grad_norm": grad_norm, **full.metrics}
+
+
+def _set_scheduled_lr(optimizer: torch.optim.Optimizer, params: list[Tensor], cfg: RLAlgoConfig) -> None:
+    """Set this step's rate (cfg.lr_factor) from the optimizer's own step count, which a checkpoint keeps, so a
+    resumed run continues the schedule where it stopped. A constant rate without warmup leaves the optimizer's lr
+    as it was built (`build_optimizer` builds it with cfg.lr; tests build theirs with their own)."""
+    if cfg.lr_schedule == "constant" and cfg.lr_warmup_steps == 0:
+        return
+    state = optimizer.state.get(params[0], {})
+    step = int(state["step"]) if "step" in state else 0  # one read of the device per step on CUDA (fused AdamW)
+    for group in optimizer.param_groups:
+        group["lr"] = cfg.lr * cfg.lr_factor(step)
 
 
 def _summarize_steps(steps: list[dict[str, float]]) -> dict[str, float]:
