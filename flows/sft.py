@@ -21,7 +21,7 @@ from prefect import flow
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.curation.suites.math_suite import AnswerFormat
 from passband.flows.config import Config
-from passband.tasks.steps.sft_data import ARTIFACT_SCHEMES
+from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
 from passband.tasks.stages.summary import RunSummary
 from passband.flows.eval_config import EvalConfig
 from passband.training.sft.config import DistributedConfig, StageConfig
@@ -157,7 +157,7 @@ def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> di
             refs[name] = commit_worked_analyses(config.worked_analyses[name].model_dump(), eval_prompts)
         else:
             refs[name] = name
-        if refs[name].startswith(("file://", "s3://")):
+        if refs[name].startswith(ARTIFACT_SCHEMES):
             tracking.log_dataset(refs[name], name, "training", read_table(refs[name]), run_id)
     return refs
 

@@ -144,7 +144,7 @@ def test_every_map_of_configs_is_exercised_above() -> None:
                 owner = getattr(owner, part)
             reached.add((type(owner).__name__, path[-1]))
     empty_by_default = {("SFTConfig", "held_out"), ("RewardConfig", "judges"), ("EvalConfig", "judges"),
-                        ("EvaluateConfig", "judges")}
+                        ("EvaluateConfig", "judges"), ("VerifierSettings", "rewards")}
     assert empty_by_default | reached == declared
     assert {("RLConfig", "datasets"), ("CurateConfig", "tasks"), ("EvaluateConfig", "suites"),
             ("EvalConfig", "suites"), ("SFTConfig", "generated")} <= reached

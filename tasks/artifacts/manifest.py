@@ -32,6 +32,10 @@ CHUNK_BYTES = 1 << 20  # read files 1 MiB at a time: hashing multi-GB checkpoint
 _KEY_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
 
 
+ARTIFACT_SCHEMES = ("file://", "s3://")
+"""URI schemes of artifacts (a local store's file:// root, an S3 store's s3://bucket/prefix)."""
+
+
 class ArtifactNotFound(LookupError):
     """No manifest at the key: the artifact was never committed (or its commit crashed)."""
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from passband.curation.suites.sniff import Sniff, merge, sniff_problems
 from passband.curation.suites.source import ProblemSource
+from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
 from passband.training.sft.config import StageConfig
 from passband.training.sft.sources import sniff_chat_file
 
@@ -30,7 +31,7 @@ def sources_of(config: Any, where: str = "") -> Iterator[tuple[str, ProblemSourc
             yield where, config
     elif isinstance(config, StageConfig):
         for name in config.datasets:
-            if name.endswith(CHAT_FILE_SUFFIXES) and not name.startswith(("@", "file://", "s3://")):
+            if name.endswith(CHAT_FILE_SUFFIXES) and not name.startswith(("@", *ARTIFACT_SCHEMES)):
                 yield f"{where}.datasets", name
     elif isinstance(config, BaseModel):
         for name in type(config).model_fields:

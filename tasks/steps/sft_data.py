@@ -23,12 +23,12 @@ from prefect.cache_policies import NONE
 
 from passband.curation.hygiene import asks_held_out, held_out_keys
 from passband.tasks.artifacts.datasets import DATA_FILE, commit_table
+from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
 from passband.tasks.artifacts.provenance import config_hash
 from passband.tasks.artifacts.store import fetch_artifact
 from passband.training.sft.config import StageConfig
 from passband.training.sft.packing import SFTExample
 
-ARTIFACT_SCHEMES = ("file://", "s3://")
 
 
 def _commit_generated(kind: str, spec: dict[str, Any], held_out: frozenset[str], rows: list[dict],
