@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from prefect import flow
 
 from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig
-from passband.flows.rl_loop import (Checkpointer, EarlyStop, Evaluator, RolloutLog, iteration_line, run_iteration,
-                                    schedule_of)
+from passband.flows.rl_loop import (Checkpointer, DriftWatch, EarlyStop, Evaluator, RolloutLog, iteration_line,
+                                    run_iteration, schedule_of)
 from passband.tasks.stages.summary import RunSummary
 from passband.training.engines import EngineConfig
 
@@ -68,6 +68,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                                   lambda iteration: checkpoint_uri(run.config_id, iteration), logger, eval_judges)
             checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, state.iteration, ahead)
             early_stop = EarlyStop(config.early_stop, logger)
+            drift = DriftWatch(config.drift, logger, run.run_id)
             rollout_log = RolloutLog(config, run.config_id, run.run_id, run.resolved)
 
             # 2. The loop: the recipe; each part knows when it is due.
@@ -80,6 +81,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
                 if evaluator.should_evaluate(iteration):
                     metrics |= evaluator.evaluate(iteration, state)
                 metrics |= early_stop.observe(state, metrics)
+                metrics |= drift.observe(state, metrics)
                 state.metrics |= metrics  # before the checkpoint: the saved state holds this iteration
                 if checkpointer.should_save(iteration, state.stopped_early):
                     metrics |= checkpointer.save()

@@ -75,6 +75,21 @@ class EarlyStopConfig(Config):
     """...and entropy fell at each of the last `patience` iterations."""
 
 
+class DriftConfig(Config):
+    """Drift alerts (training/rl/drift.py): each task's unparsable_frac, truncated_frac and mean response length
+    against its mean over the run's first iterations. An alert is a warning, the MLflow tag `drift_alert` and a
+    Prefect markdown artifact; the numbers of the run are the same either way."""
+
+    baseline_iterations: int = Field(3, ge=1)
+    """Iterations whose mean is each series' baseline; alerts start after them."""
+    frac_margin: float = Field(0.2, gt=0)
+    """Alert when a task's unparsable_frac or truncated_frac is more than this above its baseline (absolute)."""
+    length_margin: float = Field(0.5, gt=0)
+    """Alert when a task's mean response length is more than this fraction above its baseline."""
+    stop: bool = False
+    """Also stop the run (with a checkpoint) at the first alert, as early_stop does."""
+
+
 class RolloutConfig(RolloutWorkersConfig):
     """Where rollouts run and how far ahead of the trainer."""
 
@@ -138,6 +153,8 @@ class RLConfig(Config):
     """Commit a checkpoint every this many iterations (0: only at eval points and the end)."""
     early_stop: EarlyStopConfig = EarlyStopConfig()
     """The entropy-ceiling fit, and the optional early stop on it."""
+    drift: DriftConfig = DriftConfig()
+    """Alerts when a task's unparsable or truncated fraction or its length rises; optionally a stop."""
     keep_rollouts: KeepRolloutsConfig = KeepRolloutsConfig()
     """What the policy wrote: every rollout kept, readable with pandas, pyarrow or DuckDB."""
     eval: EvalConfig | None = EvalConfig(sampling=SamplingConfig(n=4, temperature=1.0, max_tokens=96))

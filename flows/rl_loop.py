@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from passband.flows.rl_config import EarlyStopConfig, RLConfig
+from passband.flows.rl_config import DriftConfig, EarlyStopConfig, RLConfig
 from passband.flows.rl_rollouts import iteration_seed
 from passband.training.rl.schedule import RLSchedule
 
@@ -293,3 +293,32 @@ class EarlyStop:
                              "%.3f while entropy fell", state.iteration, metrics[self.config.reward_metric],
                              self.config.margin, fit["entropy_ceiling/ceiling"])
         return fit
+
+
+@dataclass
+class DriftWatch:
+    """Drift alerts (training/rl/drift.py): keep each iteration's watched series in the state, and on each new
+    alert warn, tag the MLflow run `drift_alert` and publish a markdown artifact; stop when the config says so."""
+
+    config: DriftConfig
+    logger: Any
+    run_id: str
+
+    def observe(self, state: RLState, metrics: dict[str, float]) -> dict[str, float]:
+        from passband.tasks.reporting import tracking
+        from passband.tasks.reporting.prefect_artifacts import publish_markdown
+        from passband.training.rl.drift import drift_alerts, drift_series
+
+        state.drift_history.append(drift_series(metrics))
+        alerts = drift_alerts(state.drift_history, self.config.baseline_iterations, self.config.frac_margin,
+                              self.config.length_margin)
+        if alerts:
+            lines = [f"{a.series} {a.latest:.3g} > {a.threshold:.3g} (baseline {a.baseline:.3g})" for a in alerts]
+            self.logger.warning("rl: drift at iteration %d: %s", state.iteration, "; ".join(lines))
+            tracking.set_tags({"drift_alert": f"iteration {state.iteration}: {'; '.join(lines)}"}, self.run_id)
+            publish_markdown("\n".join([f"# Drift at iteration {state.iteration}", "",
+                                         "| series | latest | threshold | baseline |", "|---|---|---|---|",
+                                         *(f"| {a.series} | {a.latest:.4g} | {a.threshold:.4g} | {a.baseline:.4g} |"
+                                           for a in alerts)]), f"rl: drift at iteration {state.iteration}")
+            state.stopped_early = state.stopped_early or self.config.stop
+        return {"drift/num_alerts": float(len(alerts))}

@@ -45,8 +45,10 @@ class RLState:
     """The run's summary metrics so far (a resumed run's summary continues them)."""
     entropy_reward: list[tuple[float, float]] = field(default_factory=list)
     """(entropy, reward) per iteration: the history of the entropy-ceiling fit."""
+    drift_history: list[dict[str, float]] = field(default_factory=list)
+    """The watched per-task series of every iteration (training/rl/drift.py): the drift alerts' history."""
     stopped_early: bool = False
-    """The early-stop signal ended the run before num_iterations."""
+    """The early-stop signal (the entropy ceiling or a drift alert) ended the run before num_iterations."""
     timeline: list[Span] = field(default_factory=list)
     """What each role of the loop did when, over every process of the run (training/rl/timeline.py)."""
     in_flight: list[dict[str, Any]] = field(default_factory=list)
@@ -64,6 +66,7 @@ class RLState:
         return cls(iteration=data["iteration"], consumed=dict(data["consumed"]), prompt_ids=list(data["prompt_ids"]),
                    best=BestCheckpoint(**best) if best else None, metrics=dict(data["metrics"]),
                    entropy_reward=[(h, r) for h, r in data.get("entropy_reward", [])],
+                   drift_history=[dict(values) for values in data.get("drift_history", [])],
                    stopped_early=data.get("stopped_early", False),
                    timeline=[Span(**span) for span in data.get("timeline", [])],
                    in_flight=list(data.get("in_flight", [])))
