@@ -36,6 +36,8 @@ ALGOS = {
                                  kl_placement="loss", kl_estimator="k3", grad_clip=0.5),
     # The default fused step: pi_old from the step's own forward, row by row across ranks.
     "fused": RLAlgoConfig(lr=3e-3, precision="fp32", micro_batch_size=5, grad_clip=0.5),
+    # A warmup across the resume: each rank's rate from its own optimizer state, gathered and reloaded.
+    "lr_warmup": RLAlgoConfig(lr=3e-3, precision="fp32", micro_batch_size=5, grad_clip=0.5, lr_warmup_steps=3),
 }
 COMPARED = ("loss", "grad_norm", "vllm_kl", "vllm_kl_all", "entropy", "trainer_ppl", "advantages_std")
 
