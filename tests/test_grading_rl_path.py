@@ -18,7 +18,7 @@ def test_an_rl_config_trains_a_verifier_on_generated_triples_with_the_defect_che
         "complete", "unjustified_step", "wrong_step", "complete", "minor_slip", "wrong_result"]
     texts = [[worked_analysis(row["reference"]), "I think it is fine."] for row in rows[:2]]
     samples = [[Sample(i, j, [], text, [], "stop") for j, text in enumerate(group)] for i, group in enumerate(texts)]
-    rewards, valid, counts, judged = score_rollouts.fn(rows[:2], samples, config.reward.verifiers)
+    rewards, valid, counts, judged, _ = score_rollouts.fn(rows[:2], samples, config.reward.verifiers)
     # the worked analysis earns 1; the unformatted one is masked out of the gradient, not rewarded 0
     assert (rewards, valid) == ([[1.0, None], [1.0, None]], [[True, False], [True, False]])
     assert counts == {"proof_grading/num_pass": 2.0, "proof_grading/num_unparsable": 2.0}

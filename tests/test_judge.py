@@ -148,7 +148,7 @@ def test_an_unreadable_judge_masks_its_rollouts_beside_programmatic_ones(untrain
     judge = _judge(untrained, sampling=SamplingConfig(n=2, temperature=1.0, max_tokens=12))
     rows = [{"id": "m0", "task": "math", "prompt": "1 + 1?", "reference": "2"},
             {"id": "c0", "task": "code", "prompt": "Write f.", "reference": {"tests": []}}]
-    rewards, valid, counts, records = score_rollouts.fn(rows, _samples([["2", "3"], ["def f(): pass"]]),
+    rewards, valid, counts, records, _ = score_rollouts.fn(rows, _samples([["2", "3"], ["def f(): pass"]]),
                                                         _verifier_settings(), {"code": judge})
     # math by its program (pass, fail); code by the judge, whose outputs parse as nothing
     assert (rewards, valid) == ([[1.0, 0.0], [None]], [[True, True], [False]])

@@ -12,7 +12,7 @@ CODE = {"id": "c1", "task": "code", "subdomain": "lists", "prompt": "Write f.",
                       "entry_point": "f"}, "source": "unit"}
 CASES = {**CODE, "id": "c2", "reference": {"cases": [{"input": "1\n", "output": "2\n"}]}}
 IFEVAL = {"id": "i1", "task": "ifeval", "subdomain": "format", "prompt": "Write in caps.",
-          "reference": {"instructions": [{"id": "change_case:capital", "kwargs": {}}]},
+          "reference": {"instructions": [{"id": "change_case:english_capital", "kwargs": {}}]},
           "source": "unit"}
 
 
@@ -36,7 +36,7 @@ def test_valid_rows_pass():
     ({"task": "code", "reference": {"entry_point": "f"}},
      "row 7: code reference needs 'tests' or 'cases'"),
     ({"task": "ifeval", "reference": {"instructions": "caps"}},
-     "row 7: ifeval reference needs a list 'instructions'"),
+     "row 7: reference needs a non-empty list 'instructions'"),
 ])
 def test_invalid_rows_name_row_and_field(change, expected):
     assert validate_row({**MATH, **change}, 7) == expected
