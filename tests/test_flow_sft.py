@@ -224,7 +224,10 @@ def test_sft_commits_worked_analyses_and_reads_them_back_as_chat_rows(harness, t
 
     monkeypatch.setenv("PASSBAND_ARTIFACT_ROOT", str(tmp_path / "root"))
     config = SFTConfig.model_validate({"worked_analyses": {"analyses": {"num_examples": 12, "seed": 3}},
-                                       "generated": {"worked_math": None}})
+                                       "generated": {"worked_math": None},
+                                       "stages": [{"name": "grading", "datasets": {"analyses": 1.0}, "max_length": 256,
+                                                   "num_steps": 1, "lr": 1e-5, "batch_tokens": 256,
+                                                   "micro_batch_tokens": 256}]})
     held = generate_triples(6, 0, 0)
     uri = commit_worked_analyses.fn(config.worked_analyses["analyses"].model_dump(), [row["prompt"] for row in held])
     rows, bad = load_dataset_rows.fn(uri)
