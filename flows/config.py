@@ -95,10 +95,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         first_line: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, typing.Hashable) and key in first_line:
+            if not isinstance(key, typing.Hashable):  # a list as a key: the base loader says what is wrong
+                continue
+            if key in first_line:
                 raise _DuplicateKey(key, first_line[key], key_node.start_mark.line + 1)
-            if isinstance(key, typing.Hashable):
-                first_line[key] = key_node.start_mark.line + 1
+            first_line[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
 
