@@ -86,7 +86,7 @@ class DriftConfig(Config):
     """Alert when a task's unparsable_frac or truncated_frac is more than this above its baseline (absolute)."""
     length_margin: float = Field(0.5, gt=0)
     """Alert when a task's mean response length is more than this fraction above its baseline."""
-    stop: bool = False
+    stop_run: bool = False
     """Also stop the run (with a checkpoint) at the first alert, as early_stop does."""
 
 

@@ -320,5 +320,5 @@ class DriftWatch:
                                          "| series | latest | threshold | baseline |", "|---|---|---|---|",
                                          *(f"| {a.series} | {a.latest:.4g} | {a.threshold:.4g} | {a.baseline:.4g} |"
                                            for a in alerts)]), f"rl: drift at iteration {state.iteration}")
-            state.stopped_early = state.stopped_early or self.config.stop
+            state.stopped_early = state.stopped_early or self.config.stop_run
         return {"drift/num_alerts": float(len(alerts))}

@@ -17,7 +17,7 @@ def test_no_judge_leaves_the_dumps_unchanged():
     assert "judges" not in SFTConfig().model_dump(mode="json")["eval"]
     assert "judges" not in EvaluateConfig().model_dump(mode="json")
     # the same keys as before the field existed, in the same order
-    assert list(RLConfig().model_dump(mode="json")["reward"]) == ["verifiers", "mask_truncated"]
+    assert list(RLConfig().model_dump(mode="json")["reward"]) == ["verifiers", "mask_truncated", "invalid_reward"]
 
 
 def test_an_rl_run_names_a_judge_for_one_of_its_tasks():

@@ -63,7 +63,7 @@ def test_a_rising_unparsable_fraction_warns_tags_and_publishes(monkeypatch, capl
 def test_a_steady_run_raises_nothing_and_stop_is_opt_in(monkeypatch):
     alerts, tags, artifacts, state = _run(monkeypatch, [0.1, 0.2, 0.1, 0.2, 0.15], DriftConfig())
     assert sum(alerts) == 0 and tags == artifacts == [] and not state.stopped_early
-    alerts, _, _, state = _run(monkeypatch, [0.0, 0.0, 0.0, 0.5, 0.5], DriftConfig(stop=True))
+    alerts, _, _, state = _run(monkeypatch, [0.0, 0.0, 0.0, 0.5, 0.5], DriftConfig(stop_run=True))
     assert state.stopped_early and state.iteration == 4 and alerts == [0.0, 0.0, 0.0, 1.0]
 
 

@@ -33,12 +33,13 @@ class RolloutBatch:
     """G: rollouts per prompt."""
     truncated: list[bool] | None = None
     """True where the engine stopped at max_tokens (finish_reason 'length'); None if unknown."""
-    unscored: list[bool] | None = None
-    """True where the row had no verdict (unparsable, error, timeout; truncated under mask_truncated) but
-    invalid_reward 'zero' kept it in the gradient with reward 0; None: every such row is invalid instead."""
     temperature: float = 1.0
     """The temperature the responses were sampled at: the trainer's log-probs divide the logits by it,
     so that they are those of the sampled distribution (the engine's `engine_logp` are)."""
+    # after temperature: RolloutBatch is built positionally, and a checkpoint's batch by keyword
+    unscored: list[bool] | None = None
+    """True where the row had no verdict (unparsable, error, timeout; truncated under mask_truncated) but
+    invalid_reward 'zero' kept it in the gradient with reward 0; None: every such row is invalid instead."""
 
     def __post_init__(self) -> None:
         num_rows = len(self.response_ids)
