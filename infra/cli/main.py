@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -190,11 +189,10 @@ def runs(limit: int, as_json: bool) -> None:
     Exit codes: 0 listed (or none yet); 1 the store cannot be read (a damaged mlflow.db, a server
     that does not answer within about 15 s; the MLFLOW_HTTP_REQUEST_* variables override that).
     """
-    from passband.cli.runs_cmd import FAIL_FAST_HTTP_ENV, render_json, render_table
+    from passband.cli.runs_cmd import fail_fast_http, render_json, render_table
     from passband.tasks.reporting.runs import StoreUnreadable, recent_runs
 
-    for name, value in FAIL_FAST_HTTP_ENV.items():
-        os.environ.setdefault(name, value)
+    fail_fast_http()
     try:
         rows = recent_runs(limit)
     except StoreUnreadable as err:
@@ -218,14 +216,13 @@ def rollouts(run: str, iteration: int | None, task: str | None, status: str | No
     Exit codes: 0 printed (or none matched, said on stderr); 1 the run or its store cannot be read.
     """
     from passband.cli.rollouts_cmd import render, selected
-    from passband.cli.runs_cmd import FAIL_FAST_HTTP_ENV
+    from passband.cli.runs_cmd import fail_fast_http
     from passband.stack.local import prepare_environment
     from passband.tasks.reporting.runs import StoreUnreadable, run_tag
     from passband.tasks.steps.rollouts_log import ROLLOUTS_TAG, read_rollouts
 
     prepare_environment()
-    for name, value in FAIL_FAST_HTTP_ENV.items():
-        os.environ.setdefault(name, value)
+    fail_fast_http()
     uri = run
     if "://" not in run:
         try:

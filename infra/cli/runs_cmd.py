@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from datetime import datetime
 
@@ -17,6 +18,12 @@ FAIL_FAST_HTTP_ENV = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
 }
+
+
+def fail_fast_http() -> None:
+    """FAIL_FAST_HTTP_ENV in this process's environment, each variable only where the user has not set it."""
+    for name, value in FAIL_FAST_HTTP_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 def duration(row: RunRow) -> str:
