@@ -201,6 +201,11 @@ class RLConfig(Config):
             self._check_best_metric(self.eval)
         if self.engine.weight_transfer == "nccl":
             self._check_broadcast()
+        if self.algo.lora is not None and self.distributed.launches_ranks:
+            raise ValueError("algo.lora trains in the flow's own process, not on torchrun ranks (distributed."
+                             "nproc_per_node > 1 or torchrun_at_one_rank): the ranks' sharding, gather and broadcast "
+                             "handle full weights only; set distributed.nproc_per_node: 1 (the frozen base and the "
+                             "adapters of a 7-8B model fit one 80 GB GPU: flows/presets/rl/gpu-lora.yaml)")
         return self
 
     def _check_broadcast(self) -> None:

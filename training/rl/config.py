@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from passband.training.lora.settings import LoraConfig
 from passband.training.rl.kl_rules import check_kl_placement, refuse_renamed_estimator
 from passband.training.sft.schedule import lr_at
 from passband.training.precision_setting import DeviceSetting, PrecisionSetting
@@ -138,6 +139,13 @@ class RLAlgoConfig(BaseModel):
         "gradients and AdamW state (the LM head and log-softmax stay fp32); pi_old and pi_theta are both computed in "
         "it, so the first step's ratio is exactly 1. 'fp32': everything fp32. 'auto': bf16_autocast on CUDA and on "
         "CPUs with native bf16 matmul (faster there: scripts/bench_rl_vs_trl.py), else fp32.",
+    )
+    lora: LoraConfig | None = Field(
+        default=None,
+        description="Train low-rank adapters on the frozen policy instead of every weight (training/lora/): the "
+        "optimizer holds only the adapters, and the reference for KL is the same model with its adapters off (no "
+        "second copy). None: full fine-tuning. 'LoRA Without Regret' (2025) uses ~10x full fine-tuning's lr for "
+        "LoRA in RL (docs/benchmarks.md, LoRA).",
     )
     attention: Literal["eager", "sdpa"] = Field(
         default="eager",
@@ -314,6 +322,9 @@ class RLAlgoConfig(BaseModel):
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError(f"dual_clip={self.dual_clip} would bound a negative-advantage token's loss at or below its "
                              "unclipped value at ratio 1: set c > 1 (3 is usual) or None to turn it off")
+        if self.lora is not None and self.lora.dropout > 0:
+            raise ValueError(f"lora.dropout={self.lora.dropout}: RL needs the policy's log-probs at theta_k to be "
+                             "deterministic (pi_old is scored once, then reused); set lora.dropout to 0")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {self.betas}")
         # Refuse k1 as a loss (zero expected gradient) and warn on k3 as a loss, even at kl_coef=0,

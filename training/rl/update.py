@@ -57,6 +57,7 @@ from passband.training.heap import trim_heap
 from passband.training.logprobs import ResponseLogprobs, pad_rows, response_logprobs
 from passband.training.rl.advantages import group_advantages, zero_variance_groups
 from passband.training.rl.batching import RolloutBatch
+from passband.training.lora.adapters import adapters_disabled
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.covariance import clip_cov_keep_mask, kl_cov_selection
 from passband.training.rl.entropy import entropy_from_hidden
@@ -420,8 +421,9 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
 
     ref_logp = None
     if cfg.kl_coef > 0:
-        ref_logp, _ = _scoring_pass(ref_model, batch, _micro_batches(batch, valid_rows, cfg.micro_batch_size), width,
-                                    cfg, False, precision)
+        with adapters_disabled(ref_model):  # with LoRA the reference is the policy's own frozen base
+            ref_logp, _ = _scoring_pass(ref_model, batch, _micro_batches(batch, valid_rows, cfg.micro_batch_size),
+                                        width, cfg, False, precision)
     trainer_logp, entropy = None, None  # from the step's forward when fused
     if cfg.kl_coef > 0 and cfg.kl_placement == "reward":  # never fused
         trainer_logp, entropy = score([valid_rows])

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from passband.training.engines.protocol import RolloutEngine
+from passband.training.lora.adapters import merged_state
 from passband.training.weights.engine_dtype import engine_tensors, head_name, write_shards
 
 MANIFEST = "manifest.json"
@@ -35,8 +36,9 @@ _VERSION_DIR = re.compile(r"v(\d+)")
 
 def publish_version(model: torch.nn.Module, root: Path, version: int, dtype: str, lm_head_fp32: bool,
                     keep: int = 2) -> Path:
-    """`publish_state_dict` of `model`'s own weights (the in-process trainer's); the version's folder."""
-    return publish_state_dict(model.state_dict(), head_name(model), root, version, dtype, lm_head_fp32, keep)
+    """`publish_state_dict` of `model`'s own weights (the in-process trainer's; LoRA adapters merged into
+    them: training/lora/adapters.py merged_state); the version's folder."""
+    return publish_state_dict(merged_state(model), head_name(model), root, version, dtype, lm_head_fp32, keep)
 
 
 def publish_state_dict(state: Mapping[str, torch.Tensor], head: str, root: Path, version: int, dtype: str,

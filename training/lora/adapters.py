@@ -1,0 +1,143 @@
+"""LoRA adapters injected into a causal LM in place (peft), the model kept as the plain HF model.
+
+The trainers hold the same `LlamaForCausalLM`-like module with or without adapters: peft's
+`inject_adapter_in_model` swaps each targeted `nn.Linear` for a LoRA layer around it and freezes
+everything else, so `model.model`, `model.lm_head`, FSDP units and every log-prob path stay as
+they are. What the adapters change is reached through three functions here:
+- `adapters_disabled(model)`: the frozen base itself, which is the reference policy (no second copy);
+- `merged_state(model)`: the HF state dict of W + (alpha/r) B A, what the engine and MLflow load;
+- `adapter_state(model)` / `load_adapter_state`: the adapters alone, peft's file layout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from passband.training.lora.settings import LoraConfig
+
+ADAPTER_NAME = "default"
+"""peft's name of the one adapter we train (it appears in parameter names: lora_A.default.weight)."""
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+PEFT_PREFIX = "base_model.model."
+"""How peft's saved adapters name the model's modules (a PeftModel wraps a LoraModel wraps the LM):
+what vLLM's LoRA loader and `PeftModel.from_pretrained` expect in adapter_model.safetensors."""
+
+
+def attach_adapters(model: torch.nn.Module, cfg: LoraConfig, seed: int) -> torch.nn.Module:
+    """`model` with fresh LoRA adapters on `cfg.target_modules`, in place, its base frozen (requires_grad
+    False): only the adapters train. A is drawn from a generator seeded with `seed` without touching the
+    process's RNG (which the run's other draws continue from); B is zero, so the logits equal the base's."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import inject_adapter_in_model
+
+    peft_config = PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+                                 target_modules=cfg.target_modules, bias="none")
+    devices = [model.get_input_embeddings().weight.device] if model.get_input_embeddings().weight.is_cuda else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        inject_adapter_in_model(peft_config, model, adapter_name=ADAPTER_NAME)
+    return model
+
+
+def is_adapted(model: torch.nn.Module) -> bool:
+    """Whether `model` carries LoRA adapters (peft's injection leaves its `peft_config` on the model; asking
+    costs no peft import, so a run without adapters never loads peft)."""
+    return hasattr(model, "peft_config")
+
+
+@contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """`model` with its adapters off for the block: the frozen base, i.e. the reference policy. A model
+    without adapters is yielded as it is (the reference is then a model of its own)."""
+    if not is_adapted(model):
+        yield model
+        return
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
+    for layer in layers:
+        layer.enable_adapters(False)
+    try:
+        yield model
+    finally:  # not defensive: the adapters must come back on even when the block raised
+        for layer in layers:
+            layer.enable_adapters(True)
+
+
+def _lora_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    from peft.tuners.lora import LoraLayer
+
+    return {name: module for name, module in model.named_modules() if isinstance(module, LoraLayer)}
+
+
+def merged_state(model: torch.nn.Module) -> dict[str, Tensor]:
+    """The HF state dict of `model` with every adapter merged: `<layer>.weight` = W + (alpha/r) B A (fp32, on
+    the model's device), no `lora_*` entries, every other tensor the model's own (tied ones still shared).
+    A model without adapters: its own state dict."""
+    if not is_adapted(model):
+        return model.state_dict()
+    layers = _lora_layers(model)
+    merged: dict[str, Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        if ".lora_" in name:
+            continue
+        owner, _, leaf = name.rpartition(".base_layer.")
+        if owner in layers and leaf == "weight":
+            delta = layers[owner].get_delta_weight(ADAPTER_NAME)
+            merged[f"{owner}.weight"] = (tensor.float() + delta.float()).detach()
+        elif owner in layers:
+            merged[f"{owner}.{leaf}"] = tensor
+        else:
+            merged[name] = tensor
+    return merged
+
+
+def adapter_state(model: torch.nn.Module) -> dict[str, Tensor]:
+    """The adapters' tensors under peft's saved names (`base_model.model.<layer>.lora_A.weight`)."""
+    from peft import get_peft_model_state_dict
+
+    return {PEFT_PREFIX + name: tensor.detach() for name, tensor in get_peft_model_state_dict(model).items()}
+
+
+def load_adapter_state(model: torch.nn.Module, state: dict[str, Tensor]) -> None:
+    """Copy adapters saved by `adapter_state` into `model` (adapted with the same settings); a missing or
+    extra adapter tensor is an error naming it."""
+    from peft import set_peft_model_state_dict
+
+    expected = set(adapter_state(model))
+    if set(state) != expected:
+        raise ValueError(f"adapter checkpoint does not match the model's adapters: missing {sorted(expected - set(state))[:3]}, "
+                         f"unexpected {sorted(set(state) - expected)[:3]}")
+    result = set_peft_model_state_dict(model, {name.removeprefix(PEFT_PREFIX): t for name, t in state.items()})
+    if result.unexpected_keys:
+        raise ValueError(f"adapter checkpoint: unexpected {sorted(result.unexpected_keys)[:3]}")
+
+
+def write_adapter(model: torch.nn.Module, out_dir: Path, base_model: str, dtype: torch.dtype = torch.float32) -> dict[str, int]:
+    """peft's adapter layout in `out_dir` (adapter_model.safetensors in `dtype`, adapter_config.json naming
+    `base_model` and the resolved target modules): loadable by `PeftModel.from_pretrained` and by vLLM's
+    LoRARequest. {file name: bytes}."""
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {name: tensor.to(dtype).cpu().contiguous() for name, tensor in adapter_state(model).items()}
+    save_file(tensors, str(out_dir / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    config = model.peft_config[ADAPTER_NAME].to_dict()
+    config["target_modules"] = sorted(config["target_modules"])  # peft resolved 'all-linear' to names; a set is not JSON
+    config["base_model_name_or_path"] = base_model
+    (out_dir / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
+    return {name: (out_dir / name).stat().st_size for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG)}
+
+
+def read_adapter(adapter_dir: Path) -> dict[str, Tensor]:
+    """The adapter tensors `write_adapter` wrote in `adapter_dir`, as fp32."""
+    from safetensors.torch import load_file
+
+    return {name: tensor.float() for name, tensor in load_file(adapter_dir / ADAPTER_WEIGHTS).items()}
