@@ -157,4 +157,4 @@ def publish_update(model: Any, config: RLConfig, root: Path, version: int) -> No
     from passband.training.weights.versions import publish_version
 
     publish_version(model, root, version, config.engine.resolved_dtype(), config.engine.lm_head_fp32,
-                    keep=versions_to_keep(config.rollout.max_off_policy_steps))
+                    keep=versions_to_keep(config.rollout.max_off_policy_steps), adapter_only=config.publishes_adapter)

@@ -201,6 +201,9 @@ class RLConfig(Config):
             self._check_best_metric(self.eval)
         if self.engine.weight_transfer == "nccl":
             self._check_broadcast()
+        if self.publishes_adapter and self.engine.kind != "vllm":
+            raise ValueError(f"algo.lora.engine_weights: adapter is served by vLLM's LoRA support; engine.kind is "
+                             f"{self.engine.kind!r}: set engine.kind: vllm or algo.lora.engine_weights: merged")
         if self.algo.lora is not None and self.distributed.launches_ranks:
             raise ValueError("algo.lora trains in the flow's own process, not on torchrun ranks (distributed."
                              "nproc_per_node > 1 or torchrun_at_one_rank): the ranks' sharding, gather and broadcast "
@@ -230,6 +233,11 @@ class RLConfig(Config):
             raise ValueError(f"best_metric {self.best_metric!r} must be '<name>/pass@<k>' with name in {sorted(valid_names)}")
         if not 1 <= int(stat[5:]) <= evaluation.sampling.n:
             raise ValueError(f"best_metric {self.best_metric!r} needs 1 <= k <= eval.sampling.n={evaluation.sampling.n}")
+
+    @property
+    def publishes_adapter(self) -> bool:
+        """Whether each weight version is LoRA's adapter alone, served by the engine on its base."""
+        return self.algo.lora is not None and self.algo.lora.engine_weights == "adapter"
 
     @property
     def group_size(self) -> int:

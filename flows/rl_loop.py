@@ -109,7 +109,7 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
     elif ranks:
         load_version(engine, trainer.weights_root, iteration)
     else:
-        push_weights(trainer.model, engine, config.engine, scratch, iteration)
+        push_weights(trainer.model, engine, config.engine, scratch, iteration, config.publishes_adapter)
     return Span("trainer", "weight_publish" if ahead is not None else "weight_sync", start, time.time())
 
 

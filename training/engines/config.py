@@ -78,6 +78,10 @@ class EngineConfig(BaseModel):
     (training/engines/vllm_broadcast.py), nothing written; needs `distributed` ranks on GPUs other than
     the engine's, `rollout.workers: local`, `max_off_policy_steps: 0` and no `lm_head_fp32`. Not
     yet run on a GPU by us: scripts/gpu_check.py measures it where one is lent."""
+    max_lora_rank: int | None = None
+    """vLLM: serve LoRA adapters up to this rank (enable_lora, one adapter at a time): set by the rl flow
+    from `algo.lora.rank` when `algo.lora.engine_weights` is 'adapter', which then loads each weight
+    version as a LoRARequest on the engine's base instead of reloading the weights. None: no LoRA."""
     enforce_eager: bool = True
     """vLLM: skip graph capture. Faster start-up and needed on CPU; slower decode on GPU."""
     release_weights_while_training: bool = True

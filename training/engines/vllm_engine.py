@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from passband.training.engines.config import EngineConfig, SamplingConfig
+from passband.training.engines.lora_serving import is_adapter_dir, lora_serving, next_adapter_request
 from passband.training.engines.protocol import Sample
 from passband.training.engines.seeds import request_seed
 
@@ -117,14 +118,18 @@ class VLLMEngine:
                 hf_overrides={"head_dtype": "float32"} if config.lm_head_fp32 else None,
                 worker_extension_cls="passband.training.engines.vllm_weight_sync.WeightSyncExtension",
                 weight_transfer_config={"backend": "nccl"} if config.weight_transfer == "nccl" else None,
+                **lora_serving(config.max_lora_rank),
             )
+        self.adapter: Any = None
+        """The LoRARequest every generate applies (the newest adapter version loaded), or None: the weights alone."""
         if config.lm_head_fp32:
             self.llm.collective_rpc("load_fp32_lm_head", args=(str(model_dir),))
         self._trim_heap()
 
     def generate(
-        self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
+        self, prompts: list[str] | list[list[int]], sampling: SamplingConfig, prompt_keys: list[str] | None = None
     ) -> list[list[Sample]]:
+        # a list of ints is vLLM's own token-id prompt (TokensPrompt): continued as it is, not re-tokenized
         import torch
         from vllm import SamplingParams
 
@@ -177,7 +182,7 @@ class VLLMEngine:
             batches.append(sorted(samples, key=lambda s: s.sample_index))
         return batches
 
-    def _run_whole(self, prompts: list[str], params: list[Any]) -> list[Any]:
+    def _run_whole(self, prompts: list[str] | list[list[int]], params: list[Any]) -> list[Any]:
         """vLLM's outputs for `prompts`, every request queued before the engine's first step.
 
         With the engine core in its own process (not in_process) it steps as soon as a first request
@@ -188,11 +193,16 @@ class VLLMEngine:
         In process the core only steps when asked, so this changes nothing there.
         """
         self.llm.sleep(level=0, mode="keep")  # level 0: scheduling only, weights and KV cache stay
-        self.llm.enqueue(prompts, params, use_tqdm=False)
+        self.llm.enqueue(prompts, params, lora_request=self.adapter, use_tqdm=False)
         self.llm.wake_up(tags=["scheduling"])
         return self.llm.wait_for_completion(use_tqdm=True)
 
     def load_weights(self, checkpoint_dir: Path) -> None:
+        if is_adapter_dir(checkpoint_dir):  # LoRA's adapter version: served on the unchanged base
+            self.adapter = next_adapter_request(self.adapter, checkpoint_dir)
+            self.llm.reset_prefix_cache()  # cached KV blocks were computed without this adapter
+            return
+        self.adapter = None  # full weights: what the engine serves now, no adapter on top
         # vLLM's own in-place reload re-runs the per-layer weight processing (the CPU backend
         # repacks linear weights for oneDNN, so a plain `load_weights` into the live parameters
         # fails), reading the safetensors files in `checkpoint_dir`; our worker extension then
@@ -221,7 +231,8 @@ class VLLMEngine:
     def release_weights(self) -> None:
         # With config.release_weights_while_training: the packed linear weights go until the next
         # load_weights rebuilds them (vllm_weight_sync.py); their memory goes back to the OS.
-        if self.config.release_weights_while_training:
+        # Serving LoRA adapters, the next version is an adapter: nothing reloads the base, so it stays.
+        if self.config.release_weights_while_training and self.config.max_lora_rank is None:
             self.llm.collective_rpc("release_packed_weights")
             self._trim_heap()
 

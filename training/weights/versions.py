@@ -20,13 +20,13 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
 from passband.training.engines.protocol import RolloutEngine
-from passband.training.lora.adapters import merged_state
+from passband.training.lora.adapters import merged_state, write_adapter
 from passband.training.weights.engine_dtype import engine_tensors, head_name, write_shards
 
 MANIFEST = "manifest.json"
@@ -35,9 +35,14 @@ _VERSION_DIR = re.compile(r"v(\d+)")
 
 
 def publish_version(model: torch.nn.Module, root: Path, version: int, dtype: str, lm_head_fp32: bool,
-                    keep: int = 2) -> Path:
+                    keep: int = 2, adapter_only: bool = False) -> Path:
     """`publish_state_dict` of `model`'s own weights (the in-process trainer's; LoRA adapters merged into
-    them: training/lora/adapters.py merged_state); the version's folder."""
+    them: training/lora/adapters.py merged_state); the version's folder. With `adapter_only` (LoRA's
+    engine_weights 'adapter') the version holds the adapters alone, in peft's layout, which an engine
+    serving LoRA applies to its base (training/engines/lora_serving.py)."""
+    if adapter_only:
+        return _commit(root, version, keep, lambda target: write_adapter(model, target, "policy"),
+                       {"dtype": "float32", "adapter": True})
     return publish_state_dict(merged_state(model), head_name(model), root, version, dtype, lm_head_fp32, keep)
 
 
@@ -50,14 +55,22 @@ def publish_state_dict(state: Mapping[str, torch.Tensor], head: str, root: Path,
     version's folder. A resumed run redoing iteration `version` replaces it and deletes every newer
     version (they come from the iterations it rolled back, and a reader would take the newest),
     each unpublished (manifest first) before its shards go."""
+    tensors = engine_tensors(state, head, getattr(torch, dtype), lm_head_fp32)
+    return _commit(root, version, keep, lambda target: write_shards(tensors, target),
+                   {"dtype": dtype, "lm_head_fp32": lm_head_fp32})
+
+
+def _commit(root: Path, version: int, keep: int, write: Callable[[Path], dict[str, int]],
+            described: dict[str, object]) -> Path:
+    """`write(target)` the files of `<root>/v<version>` (it returns {file name: bytes}), then its manifest
+    (with `described`) last, as `publish_state_dict` says; the version's folder."""
     if keep < 1:
         raise ValueError(f"publish_state_dict: keep={keep}; keep at least the version being published (1)")
     for stale in [v for v in _version_folders(root) if v >= version]:
         _remove(root, stale)
     target = root / f"v{version}"
-    files = write_shards(engine_tensors(state, head, getattr(torch, dtype), lm_head_fp32), target)
-    manifest = {"format_version": FORMAT_VERSION, "version": version, "dtype": dtype,
-                "lm_head_fp32": lm_head_fp32, "files": files}
+    files = write(target)
+    manifest = {"format_version": FORMAT_VERSION, "version": version, **described, "files": files}
     partial = target / f".{MANIFEST}.partial"
     partial.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     os.replace(partial, target / MANIFEST)
