@@ -194,7 +194,8 @@ class CurateConfig(Config):
         and the sampler; the key's base seed is engine.seed (each shard is then seeded by its key)."""
         return ShardSampling(sampling=sampling.model_copy(update={"seed": self.engine.seed}), top_k=top_k,
                              engine_kind=self.engine.kind, engine_dtype=self.engine.resolved_dtype(),
-                             engine_split_kv=self.engine.kind == "vllm" and self.engine.split_kv_attention)
+                             engine_split_kv=self.engine.kind == "vllm" and self.engine.split_kv_attention,
+                             engine_lm_head_fp32=self.engine.lm_head_fp32)
 
     def verifiers(self) -> VerifierSettings:
         """Verifier settings that read math answers the way the math pool's prompts ask for them."""

@@ -47,7 +47,10 @@ def eval_shard_jobs(
     from passband.training.evaluation.evaluate import problem_key
     from passband.training.evaluation.shards import cut_eval_sets
 
-    settings = {"engine": engine.model_dump(mode="json"), "sampling": sampling.model_dump(mode="json"),
+    # the engine as it samples: `auto` keyed by the dtype it resolves to here, so a store shared with a
+    # machine where auto means the other dtype keeps each machine's shards apart (issue #56)
+    settings = {"engine": {**engine.model_dump(mode="json"), "dtype": engine.resolved_dtype()},
+                "sampling": sampling.model_dump(mode="json"),
                 "verify": verifiers.model_dump(mode="json"), "system_prompt": system_prompt,
                 "dependencies": dependency_versions(),
                 # how a problem's rows are built (seeding by key, row fields): an edit resamples

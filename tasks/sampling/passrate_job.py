@@ -56,16 +56,20 @@ class ShardSampling(BaseModel):
     """EngineConfig.resolved_dtype(): what the engine runs in (`auto` decided by the flow's machine)."""
     engine_split_kv: bool = False
     """EngineConfig.split_kv_attention: on, a sequence's logits depend on what shares its steps."""
+    engine_lm_head_fp32: bool = False
+    """EngineConfig.lm_head_fp32: the logits in fp32 under a bf16 body sample other tokens at near-ties."""
 
     def key_fields(self) -> dict[str, Any]:
         """The settings as the shard key hashes them (a flat mapping: the keys, hence the shards'
-        seeds, of every stored shard were computed from exactly these nine entries; split-KV attention,
-        off by default, adds a tenth only when on, so the default's keys and seeds stay those)."""
+        seeds, of every stored shard were computed from exactly these nine entries; split-KV attention
+        and the fp32 LM head, off by default, add an entry each only when on, so the default's keys and
+        seeds stay those)."""
         s = self.sampling
         return {"n": s.n, "top_k": self.top_k, "temperature": s.temperature, "top_p": s.top_p,
                 "max_tokens": s.max_tokens, "stop": list(s.stop), "seed": s.seed,
                 "engine_kind": self.engine_kind, "engine_dtype": self.engine_dtype,
-                **({"engine_split_kv": True} if self.engine_split_kv else {})}
+                **({"engine_split_kv": True} if self.engine_split_kv else {}),
+                **({"engine_lm_head_fp32": True} if self.engine_lm_head_fp32 else {})}
 
     def for_shard(self, key: str) -> ShardSampling:
         """These settings seeded by the shard's own key (its problems, model, settings): its samples do

@@ -2,9 +2,10 @@
 returns the stored summary instead of recomputing (docs/recipe.md section 1: "a rerun with the same inputs
 and code reuses what was already computed").
 
-The key hashes the resolved config (which names every input by URI), the code version and the
-versions of the third-party packages that change results (provenance.dependency_versions); the
-stored summary is an artifact like any other, committed manifest-last after the outputs, so a
+The key hashes the resolved config (which names every input by URI), the code version, the
+versions of the third-party packages that change results (provenance.dependency_versions) and,
+where the config leaves a numeric choice to the machine (`auto`), what this machine chose
+(`machine_choices`: bf16 and fp32 sample and train other bits); the stored summary is an artifact like any other, committed manifest-last after the outputs, so a
 crashed run leaves no summary and is recomputed.
 """
 
@@ -19,11 +20,39 @@ from passband.tasks.artifacts.provenance import code_version, config_hash, depen
 from passband.tasks.artifacts.store import open_store
 
 SUMMARY_FILE = "summary.json"
+AUTO_SETTINGS = frozenset({"dtype", "precision", "device"})
+"""Settings whose `auto` the machine decides: engine.dtype, the trainers' precision and device (and a
+reward model's device)."""
+
+
+def _leaves_to_machine(config: Any) -> bool:
+    if isinstance(config, dict):
+        return any((name in AUTO_SETTINGS and value == "auto") or _leaves_to_machine(value)
+                   for name, value in config.items())
+    return isinstance(config, list) and any(_leaves_to_machine(value) for value in config)
+
+
+def machine_choices(config: dict[str, Any]) -> dict[str, bool]:
+    """What this machine's `auto` settings are decided by (issue #56): whether torch sees CUDA and
+    whether the CPU multiplies bf16 natively. The engine's `dtype: auto` (EngineConfig.resolved_dtype)
+    and the trainers' `device`/`precision: auto` (training/sft/device.py, precision.py) follow from
+    these two, and bf16 and fp32 sample and train other bits; so a store shared by an AVX2 box (fp32)
+    and an AMX box or a GPU (bf16) keeps a stage of each. A config that names every such setting gets
+    {} and the same key on every machine."""
+    if not _leaves_to_machine(config):
+        return {}
+    import torch  # only here: a config without `auto` keys without torch
+
+    return {"cuda": torch.cuda.is_available(), "cpu_native_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
 
 
 def stage_key(flow: str, config: dict[str, Any]) -> str:
-    """`stages/<flow>/<config id>`, the id a hash of config + code version + dependency versions."""
+    """`stages/<flow>/<config id>`, the id a hash of config + code version + dependency versions
+    (+ this machine's choices where the config leaves them `auto`)."""
     payload = {"config": config, "code_version": code_version(), "dependencies": dependency_versions()}
+    choices = machine_choices(config)
+    if choices:
+        payload["machine"] = choices
     return f"stages/{flow}/{config_hash(payload)[:24]}"
 
 
