@@ -6,7 +6,6 @@ the test instead of harming the machine.
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hostile_programs import FORK_BOMB, host_listener, write_probe
 from passband.curation.verifiers import CodeSettings, VerifyResult, verify_code
 from passband.curation.verifiers.code import extract_code
 from passband.curation.verifiers.sandbox import (
@@ -74,20 +74,7 @@ def test_cpu_limit_kills_a_busy_program_before_the_wall_clock():
 
 def test_fork_bomb_is_capped_by_the_process_limit():
     # Forks at most 200 times; children sleep 1 s then exit, so without a cap all 200 succeed.
-    outcome = run("""
-        import os, time
-        num_forked = 0
-        for _ in range(200):
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(1)
-                os._exit(0)
-            num_forked += 1
-        print(num_forked)
-    """, SandboxLimits(wall_timeout_s=10.0, max_processes=16))
+    outcome = run(FORK_BOMB, SandboxLimits(wall_timeout_s=10.0, max_processes=16))
     assert outcome.returncode == 0, outcome.stderr
     assert int(outcome.stdout) < 16  # the program itself is one of the 16
 
@@ -147,23 +134,10 @@ def test_huge_output_is_capped():
     assert outcome.returncode != 0 and "File too large" in outcome.stderr
 
 
-def _write_probe(paths: list[str]) -> str:
-    """A program that tries to write each path and prints the errno name (or "wrote")."""
-    return textwrap.dedent(f"""
-        import errno
-        for path in {paths!r}:
-            try:
-                open(path, "w").write("x")
-                print("wrote", path)
-            except OSError as error:
-                print(errno.errorcode[error.errno])
-    """)
-
-
 def test_writing_outside_the_working_dir_fails():
     marker = f"passband-escape-{uuid.uuid4().hex}"
     repo_file = Path.cwd() / marker
-    outcome = run(_write_probe([str(repo_file), f"/etc/{marker}", f"/root/{marker}", f"/{marker}"])
+    outcome = run(write_probe([str(repo_file), f"/etc/{marker}", f"/root/{marker}", f"/{marker}"])
                   + textwrap.dedent(f"""
         import os
         open("/tmp/{marker}", "w").write("x")   # lands in the sandbox's own tmpfs
@@ -196,7 +170,7 @@ def test_files_the_caller_could_write_stay_read_only():
         owned = directory / "owned.txt"
         owned.write_text("original")
         owned.chmod(0o666)
-        outcome = run(_write_probe([str(owned), str(directory / "new.txt")]))
+        outcome = run(write_probe([str(owned), str(directory / "new.txt")]))
         assert outcome.returncode == 0, outcome.stderr
         hidden = any(str(directory).startswith(d) for d in ("/tmp/", "/var/tmp/", "/dev/shm/"))
         assert outcome.stdout.split() == (["ENOENT"] * 2 if hidden else ["EROFS"] * 2)
@@ -206,10 +180,7 @@ def test_files_the_caller_could_write_stay_read_only():
 
 
 def test_network_connections_fail_fast():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.setblocking(False)
+    listener = host_listener()
     port = listener.getsockname()[1]
     outcome = run(f"""
         import socket, time

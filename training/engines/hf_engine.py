@@ -57,7 +57,7 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
+        self, prompts: list[str] | list[list[int]], sampling: SamplingConfig, prompt_keys: list[str] | None = None
     ) -> list[list[Sample]]:
         if prompt_keys is None:
             with torch.random.fork_rng(devices=[]):
@@ -73,14 +73,17 @@ class HFEngine:
             batches.append([replace(sample, prompt_index=index) for sample in group])
         return batches
 
-    def _generate(self, prompts: list[str], settings: SamplingConfig) -> list[list[Sample]]:
+    def _generate(self, prompts: list[str] | list[list[int]], settings: SamplingConfig) -> list[list[Sample]]:
         tok = self.tokenizer
         tok.padding_side = "left"  # decoder-only: new tokens follow the last prompt token
         eos_ids = set() if settings.ignore_eos else {tok.eos_token_id}
         batches: list[list[Sample]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
-            enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            if isinstance(chunk[0], str):
+                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            else:  # token-id prompts (a multi-turn episode's context) are continued as they are
+                enc = tok.pad({"input_ids": chunk}, return_tensors="pt")
             out = self.model.generate(
                 **enc,
                 do_sample=settings.temperature > 0,

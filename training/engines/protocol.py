@@ -30,6 +30,9 @@ class Sample:
     finish_reason: str
     """'stop' (EOS or a stop string) or 'length' (max_tokens reached: truncated)."""
     prompt_token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] | None = None
+    """1 where token_ids holds a token the policy sampled, 0 on the environment's tokens between the
+    turns of a multi-turn episode (training/episodes/); None: every token was sampled (one turn)."""
 
 
 class RolloutEngine(Protocol):
@@ -39,10 +42,12 @@ class RolloutEngine(Protocol):
     name: str
 
     def generate(
-        self, prompts: list[str], sampling: SamplingConfig, prompt_keys: list[str] | None = None
+        self, prompts: list[str] | list[list[int]], sampling: SamplingConfig, prompt_keys: list[str] | None = None
     ) -> list[list[Sample]]:
         """Sample `sampling.n` completions for every (already chat-templated) prompt; the same
         prompts and `sampling` (seed included) give the same samples whatever ran before.
+        A prompt given as token ids is continued from exactly those tokens (a multi-turn episode's
+        context: never re-tokenized).
 
         `prompt_keys` (one per prompt, e.g. `<eval set>/<problem id>`) seed each prompt by its
         content instead of its position in the call, so a prompt gets the same samples whether

@@ -1,0 +1,141 @@
+"""The multi-turn rollout loop: every open episode's turn in one engine call, the environment's
+steps of the batch at once in a thread pool, bounded per step.
+
+A wave: the engine continues each open episode from its exact token context (a token-id prompt:
+nothing is re-tokenized), one sample per episode, seeded by the episode's key and the turn; then
+every episode's step runs concurrently, so a slow tool delays its wave by at most
+`EpisodeBudget.step_timeout_s`; a step past it ends its episode with status 'error' (no verdict). The
+observation's tokens come from the chat template (`tokens.environment_text`).
+A turn may sample at most what is left of the episode's token budget: the wave samples up to the
+largest budget left and each sample is cut at its own (a prefix of a seeded sample is the sample a
+smaller max_tokens would have drawn), and a cut turn is truncated.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from passband.training.engines.config import SamplingConfig
+from passband.training.engines.protocol import RolloutEngine, Sample
+from passband.training.episodes.environment import Episode, EpisodeBudget, Messages, Step
+from passband.training.episodes.tokens import (EpisodeTokens, encode_text, environment_text, opened, prompt_tokens,
+                                               with_environment, with_sampled)
+from passband.training.episodes.tool_calls import with_tool_instructions
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode."""
+
+    tokens: EpisodeTokens
+    """Prompt, then sampled and environment tokens, with the loss mask and engine log-probs."""
+    messages: Messages
+    """The conversation as text (the opening messages as rendered, then every turn and observation)."""
+    reward: float | None = None
+    """The environment's reward; None where there is no verdict."""
+    status: str = "continue"
+    """The final step's status (pass, fail, unparsable, error, timeout)."""
+    detail: str = ""
+    num_turns: int = 0
+    num_tool_calls: int = 0
+    truncated: bool = False
+    """The last turn hit a token budget (no end-of-turn token) or an observation left none."""
+    env_seconds: float = 0.0
+    """Wall seconds of this episode's environment steps."""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def final_text(self) -> str:
+        """The last model turn's text."""
+        return next(m["content"] for m in reversed(self.messages) if m["role"] == "assistant")
+
+    def to_sample(self, prompt_index: int, sample_index: int) -> Sample:
+        """As the engine's Sample of one completion: the tokens after the prompt, their mask and log-probs."""
+        return Sample(prompt_index=prompt_index, sample_index=sample_index, token_ids=self.tokens.token_ids,
+                      text=self.final_text, logprobs=self.tokens.logprobs,
+                      finish_reason="length" if self.truncated else "stop",
+                      prompt_token_ids=self.tokens.prompt_ids, loss_mask=self.tokens.loss_mask)
+
+
+def open_result(tokenizer: Any, episode: Episode) -> EpisodeResult:
+    """An episode's start: its opening messages as rendered (tool instructions added where the
+    template ignores tools=) and their prompt tokens."""
+    messages = with_tool_instructions(tokenizer, episode.messages, episode.tools)
+    return EpisodeResult(opened(prompt_tokens(tokenizer, messages, episode.tools)), messages, tools=episode.tools)
+
+
+def turn_text(tokenizer: Any, sampled_ids: list[int]) -> str:
+    """A turn's text for the environment and the template: its tokens decoded, without the end-of-turn token."""
+    if sampled_ids and sampled_ids[-1] == tokenizer.eos_token_id:
+        sampled_ids = sampled_ids[:-1]
+    return tokenizer.decode(sampled_ids, skip_special_tokens=False)
+
+
+def after_step(tokenizer: Any, result: EpisodeResult, text: str, final: bool, step: Step,
+               budget: EpisodeBudget) -> EpisodeResult:
+    """`result` after the environment answered its model turn `text` (already in result.tokens)."""
+    if final and not step.done:
+        raise ValueError(f"the environment did not end the episode at its final turn (status {step.status!r})")
+    messages = result.messages + [{"role": "assistant", "content": text}]
+    num_tool_calls = result.num_tool_calls + step.tool_calls
+    if step.done:
+        return replace(result, messages=messages, reward=step.reward, status=step.status, detail=step.detail,
+                       num_tool_calls=num_tool_calls)
+    env_ids = encode_text(tokenizer, environment_text(tokenizer, result.messages, text, step.observation, result.tools))
+    if len(result.tokens.token_ids) + len(env_ids) >= budget.max_tokens:
+        return replace(result, messages=messages, reward=None, status="unparsable", truncated=True,
+                       detail="the observation left no token budget", num_tool_calls=num_tool_calls)
+    return replace(result, tokens=with_environment(result.tokens, env_ids), messages=messages + step.observation,
+                   num_tool_calls=num_tool_calls)
+
+
+def run_episodes(engine: RolloutEngine, tokenizer: Any, episodes: list[Episode], keys: list[str],
+                 sampling: SamplingConfig, budget: EpisodeBudget) -> list[EpisodeResult]:
+    """Run `episodes` to their end; `keys` (one per episode, distinct) seed each episode's turns.
+    `sampling`'s n is ignored (one sample per episode: a group is G episodes of one row) and its
+    max_tokens caps each turn."""
+    if len(keys) != len(episodes) or len(set(keys)) != len(keys):
+        raise ValueError(f"run_episodes needs one distinct key per episode, got {len(keys)} for {len(episodes)}")
+    results = [open_result(tokenizer, episode) for episode in episodes]
+    active = list(range(len(episodes)))
+    while active:
+        left = {i: budget.max_tokens - len(results[i].tokens.token_ids) for i in active}
+        wave = sampling.model_copy(update={"n": 1, "max_tokens": min(sampling.max_tokens, max(left.values()))})
+        samples = engine.generate([results[i].tokens.context for i in active], wave,
+                                  prompt_keys=[f"{keys[i]}/turn{results[i].num_turns}" for i in active])
+        texts, finals = {}, {}
+        for i, (sample,) in zip(active, samples, strict=True):
+            cap = min(left[i], sampling.max_tokens)
+            ids, logprobs = sample.token_ids[:cap], sample.logprobs[:cap]
+            ended = bool(ids) and ids[-1] == tokenizer.eos_token_id  # only then can the template continue it
+            truncated = not ended and (sample.finish_reason == "length" or len(sample.token_ids) > cap)
+            results[i] = replace(results[i], tokens=with_sampled(results[i].tokens, ids, logprobs),
+                                 num_turns=results[i].num_turns + 1, truncated=truncated)
+            texts[i] = turn_text(tokenizer, ids)
+            finals[i] = not ended or results[i].num_turns >= budget.max_turns
+        steps = _run_steps({i: (episodes[i], texts[i], finals[i]) for i in active}, budget.step_timeout_s)
+        for i in active:
+            step, seconds = steps[i]
+            results[i] = replace(after_step(tokenizer, results[i], texts[i], finals[i], step, budget),
+                                 env_seconds=results[i].env_seconds + seconds)
+        active = [i for i in active if results[i].status == "continue" and not results[i].truncated]
+    return results
+
+
+def _run_steps(calls: dict[int, tuple[Episode, str, bool]], timeout_s: float) -> dict[int, tuple[Step, float]]:
+    """Every episode's step at once; (step, wall seconds) each, an 'error' step where it ran past timeout_s
+    (its thread is left to finish: the sandbox bounds a tool run by its own wall limit)."""
+    def timed(episode: Episode, text: str, final: bool) -> tuple[Step, float]:
+        start = time.monotonic()
+        step = episode.step(text, final)
+        return step, time.monotonic() - start
+
+    pool = ThreadPoolExecutor(max_workers=max(len(calls), 1), thread_name_prefix="episode-step")
+    futures = {i: pool.submit(timed, *call) for i, call in calls.items()}
+    wait(futures.values(), timeout=timeout_s)
+    pool.shutdown(wait=False)
+    timeout = Step(done=True, status="error", detail=f"environment step ran past {timeout_s} s")
+    return {i: future.result() if future.done() else (timeout, timeout_s) for i, future in futures.items()}
