@@ -40,12 +40,16 @@ class RolloutBatch:
     unscored: list[bool] | None = None
     """True where the row had no verdict (unparsable, error, timeout; truncated under mask_truncated) but
     invalid_reward 'zero' kept it in the gradient with reward 0; None: every such row is invalid instead."""
+    loss_mask: list[list[int]] | None = None
+    """Per response token, 1 where the policy sampled it, 0 on a multi-turn episode's environment tokens
+    (tool results, the template's turn markers: context, never trained on nor compared with the engine;
+    their engine_logp is 0.0); None: every response token was sampled."""
 
     def __post_init__(self) -> None:
         num_rows = len(self.response_ids)
         fields = {"prompt_ids": self.prompt_ids, "engine_logp": self.engine_logp, "rewards": self.rewards,
                   "valid": self.valid, "tasks": self.tasks}
-        for name in ("truncated", "unscored"):
+        for name in ("truncated", "unscored", "loss_mask"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
         for name, values in fields.items():
@@ -60,6 +64,8 @@ class RolloutBatch:
                 raise ValueError(
                     f"row {i}: {len(self.engine_logp[i])} engine log-probs for {len(self.response_ids[i])} response tokens"
                 )
+            if self.loss_mask is not None and len(self.loss_mask[i]) != len(self.response_ids[i]):
+                raise ValueError(f"row {i}: {len(self.loss_mask[i])} loss-mask entries for {len(self.response_ids[i])} response tokens")
             if self.valid[i] and not math.isfinite(self.rewards[i]):
                 raise ValueError(f"row {i}: valid row has non-finite reward {self.rewards[i]!r}")
             first = i - i % self.group_size
@@ -119,4 +125,7 @@ def build_rollout_batch(
             batch["truncated"].append(truncated)
     if invalid_reward == "mask":  # no row is zeroed: the batch stays what it was before the setting
         del batch["unscored"]
+    flat = [sample for samples in samples_per_prompt for sample in samples]
+    if any(sample.loss_mask is not None for sample in flat):  # multi-turn rows: environment tokens masked
+        batch["loss_mask"] = [[1] * len(s.token_ids) if s.loss_mask is None else list(s.loss_mask) for s in flat]
     return RolloutBatch(group_size=group_size, temperature=temperature, **batch)

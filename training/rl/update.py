@@ -397,6 +397,8 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
     device = model.lm_head.weight.device
     precision = resolve_precision(cfg.precision, device)
     engine_logp, response_mask = (t.to(device) for t in pad_rows(batch.engine_logp, torch.float32))
+    if batch.loss_mask is not None:  # multi-turn: the environment's tokens are context only, never trained on
+        response_mask = response_mask * pad_rows(batch.loss_mask, torch.float32)[0].to(device)
     width = response_mask.shape[1]
     scored_rows = [i for i in range(batch.num_rows) if batch.response_ids[i]]
     valid_rows = [i for i in scored_rows if batch.valid[i]]
