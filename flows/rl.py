@@ -178,11 +178,20 @@ def _open_engine(config: RLConfig, model_dir: str, problems: dict[str, list[dict
     from passband.tasks.steps.rollout import open_engine
 
     engine_config = _engine_config(config, problems, model_dir, trainer.tokenizer)
+    # serving adapters, the engine's weights stay the base's; a resumed run's adapters are loaded on it
+    first_weights = Path(model_dir) if config.publishes_adapter else Path(trainer.weights_dir)
     if config.rollout.workers == "task_workers":
         from passband.tasks.sampling.rollout_workers import WorkerEngine
 
-        return WorkerEngine(config.model, engine_config, Path(trainer.weights_dir), config.rollout)
-    return open_engine(engine_config, trainer.weights_dir)
+        engine = WorkerEngine(config.model, engine_config, first_weights, config.rollout)
+    else:
+        engine = open_engine(engine_config, first_weights)
+    resumed = Path(trainer.weights_dir) != Path(model_dir)
+    if config.publishes_adapter and resumed:
+        from passband.training.checkpoint import ADAPTER_FOLDER
+
+        engine.load_weights(Path(trainer.weights_dir) / ADAPTER_FOLDER)
+    return engine
 
 
 def _record(state: RLState, metrics: dict[str, float], iteration: int, run_id: str) -> None:
@@ -231,13 +240,17 @@ def _finish(config: RLConfig, run: StageRun, state: RLState, tasks: list[str], w
 
 def _engine_config(config: RLConfig, problems: dict[str, list[dict]], model_dir: str, tokenizer) -> EngineConfig:
     """config.engine, its KV cache "batch" resolved to one rollout batch: P x G sequences of the
-    longest training prompt + max_tokens (the RAM it does not reserve is the trainer's)."""
-    if config.engine.kv_cache_gib != "batch":
-        return config.engine
+    longest training prompt + max_tokens (the RAM it does not reserve is the trainer's), serving
+    LoRA adapters of algo.lora's rank when each version is the adapter alone."""
+    engine = config.engine
+    if config.publishes_adapter:
+        engine = engine.model_copy(update={"max_lora_rank": config.algo.lora.rank})
+    if engine.kv_cache_gib != "batch":
+        return engine
     from passband.training.engines.kv_cache import rollout_kv_cache_gib
 
-    gib = rollout_kv_cache_gib(Path(model_dir), config.engine.resolved_dtype(), tokenizer,
+    gib = rollout_kv_cache_gib(Path(model_dir), engine.resolved_dtype(), tokenizer,
                                [row["prompt"] for rows in problems.values() for row in rows], config.system_prompt,
                                config.prompts_per_step * config.group_size, config.sampling.max_tokens,
-                               config.engine.max_model_len)
-    return config.engine.model_copy(update={"kv_cache_gib": gib})
+                               engine.max_model_len)
+    return engine.model_copy(update={"kv_cache_gib": gib})

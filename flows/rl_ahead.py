@@ -151,10 +151,10 @@ class RolloutsAhead:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
 
-def publish_update(model: Any, config: RLConfig, root: Path, version: int) -> None:
+def publish_update(model: Any, config: RLConfig, root: Path, version: int) -> Path:
     """The trainer's weights after update `version`, published for the rollout thread (the engine
-    is not touched: the thread loads what it needs when it needs it)."""
+    is not touched: the thread loads what it needs when it needs it); the version's folder."""
     from passband.training.weights.versions import publish_version
 
-    publish_version(model, root, version, config.engine.resolved_dtype(), config.engine.lm_head_fp32,
-                    keep=versions_to_keep(config.rollout.max_off_policy_steps), adapter_only=config.publishes_adapter)
+    return publish_version(model, root, version, config.engine.resolved_dtype(), config.engine.lm_head_fp32,
+                           keep=versions_to_keep(config.rollout.max_off_policy_steps), adapter_only=config.publishes_adapter)

@@ -65,7 +65,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
             metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
         train_end = time.time()
     with peaks.phase("weight_sync"):
-        sync = _sync_weights(config, trainer, engine, scratch, iteration, ahead)
+        sync, published = _sync_weights(config, trainer, engine, scratch, iteration, ahead)
     trainer.state.timeline += [*rollouts.spans, *(ahead.engine.take_loads() if ahead else []),
                                Span("trainer", "training", train_start, train_end), sync]
     train_s, sync_s = train_end - train_start, sync.seconds
@@ -78,6 +78,8 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
         metrics |= rollout_log.keep(iteration, rollouts)
     metrics |= zero_variance_fractions(batch) | rollouts.metrics
     metrics |= _version_metrics(iteration, rollouts, metrics["vllm_kl"], wait_s, ahead is not None)
+    if published is not None:  # what one weight version weighs: full weights, merged LoRA, or the adapter alone
+        metrics["weights/version_mb"] = sum(f.stat().st_size for f in published.iterdir()) / 2**20
     metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
     metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,
@@ -88,11 +90,11 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
 
 
 def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch: Path, iteration: int,
-                  ahead: RolloutsAhead | None) -> Span:
+                  ahead: RolloutsAhead | None) -> tuple[Span, Path | None]:
     """The update's weights to the rollouts: published as a version for the thread ahead (the
     ranks published theirs with the update), broadcast by the ranks into the engine (weights by
     NCCL), loaded from the ranks' published version, or pushed into the engine in place; the
-    trainer's span of it."""
+    trainer's span of it and the version folder this process published (None: it published none)."""
     from passband.flows.rl_ahead import publish_update
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
@@ -101,16 +103,17 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
 
     start = time.time()
     ranks = isinstance(trainer, RanksTrainer)
+    published = None
     if ahead is not None:
         if not ranks:
-            publish_update(trainer.model, config, ahead.engine.root, iteration)
+            published = publish_update(trainer.model, config, ahead.engine.root, iteration)
     elif ranks and config.engine.weight_transfer == "nccl":
         trainer.broadcast_into(engine)
     elif ranks:
         load_version(engine, trainer.weights_root, iteration)
     else:
-        push_weights(trainer.model, engine, config.engine, scratch, iteration, config.publishes_adapter)
-    return Span("trainer", "weight_publish" if ahead is not None else "weight_sync", start, time.time())
+        published = push_weights(trainer.model, engine, config.engine, scratch, iteration, config.publishes_adapter)
+    return Span("trainer", "weight_publish" if ahead is not None else "weight_sync", start, time.time()), published
 
 
 def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],

@@ -129,6 +129,11 @@ class SFTConfig(Config):
                     for name in stage.datasets if (problem := self._dataset_problem(name))]
         if problems:
             raise ValueError("; ".join(problems))
+        adapted = [stage.name for stage in self.stages if stage.lora is not None]
+        if adapted and self.distributed.launches_ranks:
+            raise ValueError(f"stages {adapted} set lora, which trains in the flow's own process, not on torchrun "
+                             "ranks (distributed.nproc_per_node > 1 or torchrun_at_one_rank): set "
+                             "distributed.nproc_per_node: 1 (a 7-8B base and its adapters fit one 80 GB GPU)")
         return self
 
     def _dataset_problem(self, name: str) -> str | None:

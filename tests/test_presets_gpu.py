@@ -64,3 +64,28 @@ def test_cpu_engine_defaults_are_the_demos() -> None:
     _, pipeline_cls = load_flow("pipeline")
     demo = resolve_config(pipeline_cls, "pipeline", "demo")
     assert all(engine.enforce_eager for _, engine in engines_in(demo))
+
+
+def test_rl_gpu_lora_preset_trains_adapters_of_a_7b_model_in_one_process() -> None:
+    """flows/presets/rl/gpu-lora.yaml: rl/gpu's mix with adapters on a 7-8B model, colocated with the engine,
+    which serves each version's adapter; its lr 10x rl/gpu's full-parameter one (the anchor's RL finding)."""
+    from passband.flows.rl_config import RLConfig
+
+    full, lora = (resolve_config(RLConfig, "rl", preset) for preset in ("gpu", "gpu-lora"))
+    assert lora.model == "Qwen/Qwen2.5-7B-Instruct" and lora.datasets == full.datasets
+    assert lora.algo.lora is not None and lora.algo.lora.rank == 16 and lora.publishes_adapter
+    assert lora.algo.lr == pytest.approx(10 * full.algo.lr)
+    assert lora.distributed.nproc_per_node == 1 and lora.engine.in_process and lora.engine.kind == "vllm"
+    assert (lora.engine.kv_cache_gib, lora.engine.enforce_eager, lora.engine.memory_fraction) == (None, False, 0.45)
+
+
+def test_pipeline_gpu_lora_preset_adapts_every_training_stage() -> None:
+    """flows/presets/pipeline/gpu-lora.yaml: pipeline/gpu with a 7-8B model, SFT's stages and RL on adapters."""
+    from passband.flows.pipeline import PipelineConfig
+
+    full, lora = (resolve_config(PipelineConfig, "pipeline", preset) for preset in ("gpu", "gpu-lora"))
+    assert lora.model == "Qwen/Qwen2.5-7B-Instruct" and lora.rl.model == lora.sft.model == lora.model
+    assert [stage.lora.rank for stage in lora.sft.stages] == [64, 64]
+    assert [b.lr for b in lora.sft.stages] == pytest.approx([10 * a.lr for a in full.sft.stages])
+    assert lora.rl.algo.lora is not None and lora.rl.publishes_adapter
+    assert lora.rl.datasets == full.rl.datasets and lora.rl.eval is None

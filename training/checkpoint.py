@@ -6,10 +6,13 @@ Layout of one checkpoint directory:
   optimizer.pt          optimizer.state_dict() (AdamW moments and step counts)
   rng.pt                torch / python / numpy (and CUDA when present) RNG states
   trainer_state.json    step, data cursor (epoch, cursor), stage name, seed, data fingerprint
+  adapter/              with LoRA only: the adapters in peft's layout (training/lora/adapters.py);
+                        the model files above then hold the merged weights
 The learning-rate schedule is a pure function of the step (training/sft/schedule.py), so the step
 is the scheduler state. The directory is written under a temporary name and renamed when complete,
 so a crash never leaves a half-written checkpoint under the final name; committing it to the
-artifact store (manifest last) is the tasks layer's job.
+artifact store (manifest last) is the tasks layer's job. Torchrun ranks write the same directory with
+the weights and AdamW state sharded instead of optimizer.pt (training/checkpoint_shards.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file
+
+ADAPTER_FOLDER = "adapter"
+"""The checkpoint's sub-folder of LoRA adapters (not read by `load_checkpoint`: its glob is one level)."""
 
 
 @dataclass
@@ -86,11 +93,12 @@ def save_checkpoint(
     *,
     model_state: dict[str, torch.Tensor] | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    write_extra: Callable[[Path], object] | None = None,
 ) -> Path:
     """Write checkpoint `out_dir/name` (replacing one of that name) and return its path.
 
-    model_state / optimizer_state replace the model's and optimizer's own state: a sharded
-    model's full state, gathered on rank 0 (training/sft/distributed.py gather_full_state).
+    model_state / optimizer_state replace the model's and optimizer's own state. One process
+    writes this layout; torchrun ranks write theirs with training/checkpoint_shards.py.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / name
@@ -102,26 +110,45 @@ def save_checkpoint(
     torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, partial / "optimizer.pt")
     torch.save(capture_rng_state(), partial / "rng.pt")
     (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2, sort_keys=True))
+    if write_extra is not None:
+        write_extra(partial)
     if final.exists():
         shutil.rmtree(final)
     os.replace(partial, final)
     return final
 
 
-def load_checkpoint(path: Path) -> LoadedCheckpoint:
-    """Read a checkpoint directory written by `save_checkpoint`."""
-    weight_files = sorted(path.glob("*.safetensors"))
-    if not weight_files:
+def weight_files(path: Path) -> list[Path]:
+    """A checkpoint directory's *.safetensors files."""
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
         raise ValueError(f"{path} has no *.safetensors weights; not a checkpoint")
+    return files
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The model weights of a checkpoint directory (its *.safetensors, on the CPU)."""
     model_state: dict[str, torch.Tensor] = {}
-    for weight_file in weight_files:
+    for weight_file in weight_files(path):
         model_state.update(load_file(weight_file))
+    return model_state
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's trainer_state.json (either layout)."""
+    return json.loads((path / "trainer_state.json").read_text())
+
+
+def load_checkpoint(path: Path) -> LoadedCheckpoint:
+    """Read a checkpoint directory written by `save_checkpoint` in one process (one written by
+    torchrun ranks holds no optimizer.pt: training/checkpoint_shards.py restores either)."""
     return LoadedCheckpoint(
         path=path,
-        model_state=model_state,
-        optimizer_state=torch.load(path / "optimizer.pt", weights_only=True),
-        rng_state=torch.load(path / "rng.pt", weights_only=True),
-        trainer_state=json.loads((path / "trainer_state.json").read_text()),
+        model_state=read_weights(path),
+        # map_location: a checkpoint saved on a GPU loads on a host without one
+        optimizer_state=torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True),
+        rng_state=torch.load(path / "rng.pt", map_location="cpu", weights_only=True),
+        trainer_state=read_trainer_state(path),
     )
 
 

@@ -24,7 +24,9 @@ MODEL_REQUIREMENTS = ("torch", "transformers", "accelerate", "safetensors")
 def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
     """The checkpoint as an MLflow transformers model (`text-generation`) at the run's `model/`:
     `mlflow.transformers.load_model("runs:/<run>/model")` (or `models:/passband-reasoner@champion`
-    once registered) returns a generation pipeline. The trainer-only files stay out; `card`
+    once registered) returns a generation pipeline; a LoRA checkpoint's model is its merged weights, its
+    adapter goes to the run's `adapter/` (`PeftModel.from_pretrained(base, <that folder>)`). The
+    trainer-only files stay out; `card`
     becomes the model's README.md (its model card); the tag `model.checkpoint_uri` points at
     the full checkpoint (optimizer and RNG included) for resuming."""
     import importlib.metadata
@@ -37,6 +39,7 @@ def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
     from mlflow.models import infer_signature
 
     from passband.tasks.reporting import tracking
+    from passband.training.checkpoint import ADAPTER_FOLDER
 
     with tempfile.TemporaryDirectory(prefix="passband-model-") as tmp:
         checkpoint = Path(tmp) / "checkpoint"
@@ -53,6 +56,9 @@ def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
             pip_requirements=[f"{name}=={importlib.metadata.version(name)}" for name in MODEL_REQUIREMENTS],
         )
         MlflowClient().log_artifacts(run_id, str(Path(tmp) / "model"), "model")
+    adapter = fetch_artifact(checkpoint_uri) / ADAPTER_FOLDER
+    if adapter.is_dir():  # LoRA: the model above is merged; the adapter (peft's layout) is kept as well
+        MlflowClient().log_artifacts(run_id, str(adapter), "adapter")
     tracking.set_tags({"model.checkpoint_uri": checkpoint_uri}, run_id)
 
 

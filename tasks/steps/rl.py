@@ -125,15 +125,16 @@ def score_rollouts(
 
 
 def push_weights(model: Any, engine: RolloutEngine, engine_config: EngineConfig, scratch: Path, version: int,
-                 adapter_only: bool = False) -> None:
+                 adapter_only: bool = False) -> Path:
     """Hand the trainer's current weights to the engine: published as `version` under
     `scratch/weights` in the engine's dtype (training/weights/versions.py, the path rollout workers
     in other processes load from; one version kept here), then reloaded in place. `adapter_only`:
-    LoRA's adapters alone, which the engine applies to its base."""
+    LoRA's adapters alone, which the engine applies to its base. The version's folder."""
     root = scratch / "weights"
-    publish_version(model, root, version, engine_config.resolved_dtype(), engine_config.lm_head_fp32, keep=1,
-                    adapter_only=adapter_only)
+    published = publish_version(model, root, version, engine_config.resolved_dtype(), engine_config.lm_head_fp32,
+                                keep=1, adapter_only=adapter_only)
     load_version(engine, root, version)
+    return published
 
 
 def checkpoint_key(run_key: str, iteration: int) -> str:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -97,6 +98,18 @@ def merged_state(model: torch.nn.Module) -> dict[str, Tensor]:
         else:
             merged[name] = tensor
     return merged
+
+
+def adapter_checkpoint(model: torch.nn.Module, base_model: str) -> dict[str, Any]:
+    """`save_checkpoint`'s keyword arguments for `model`: none for a plain model; with adapters, the merged
+    weights as the checkpoint's model (what engines, evaluation and the registry load, as from any
+    checkpoint) and the adapters in its `adapter/` folder (what a resumed run trains on)."""
+    from passband.training.checkpoint import ADAPTER_FOLDER
+
+    if not is_adapted(model):
+        return {}
+    return {"model_state": merged_state(model),
+            "write_extra": lambda partial: write_adapter(model, partial / ADAPTER_FOLDER, base_model)}
 
 
 def adapter_state(model: torch.nn.Module) -> dict[str, Tensor]:

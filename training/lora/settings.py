@@ -30,13 +30,6 @@ class LoraConfig(BaseModel):
         "'all-linear' (every linear layer of the decoder, not the LM head: what the anchor found best).")
     seed: int = Field(default=0, description="Seeds the draw of the A matrices (B starts at zero), apart from "
                       "the run's other random draws.")
-    engine_weights: Literal["merged", "adapter"] = Field(
-        default="merged",
-        description="How each RL weight version reaches the rollout engine: 'merged' publishes W + (alpha/r) B A "
-        "in the engine's dtype, loaded as full weights are today (any engine); 'adapter' publishes only the "
-        "adapter (a few MB) and vLLM serves it with enable_lora and one LoRARequest per version "
-        "(docs/benchmarks.md, LoRA: which is faster).")
-
     @field_validator("target_modules")
     @classmethod
     def _no_head(cls, value: list[str] | str) -> list[str] | str:
@@ -52,3 +45,14 @@ class LoraConfig(BaseModel):
     @property
     def scaling(self) -> float:
         return self.alpha / self.rank
+
+
+class RLLoraConfig(LoraConfig):
+    """RL's adapters: LoRA's settings and how each weight version reaches the rollout engine."""
+
+    engine_weights: Literal["merged", "adapter"] = Field(
+        default="merged",
+        description="How each RL weight version reaches the rollout engine: 'merged' publishes W + (alpha/r) B A "
+        "in the engine's dtype, loaded as full weights are today (any engine); 'adapter' publishes only the "
+        "adapter (a few MB) and vLLM serves it with enable_lora and one LoRARequest per version "
+        "(docs/benchmarks.md, LoRA: which is faster).")

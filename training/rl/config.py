@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from passband.training.lora.settings import LoraConfig
+from passband.training.lora.settings import RLLoraConfig
 from passband.training.rl.kl_rules import check_kl_placement, refuse_renamed_estimator
 from passband.training.sft.schedule import lr_at
 from passband.training.precision_setting import DeviceSetting, PrecisionSetting
@@ -140,7 +140,7 @@ class RLAlgoConfig(BaseModel):
         "it, so the first step's ratio is exactly 1. 'fp32': everything fp32. 'auto': bf16_autocast on CUDA and on "
         "CPUs with native bf16 matmul (faster there: scripts/bench_rl_vs_trl.py), else fp32.",
     )
-    lora: LoraConfig | None = Field(
+    lora: RLLoraConfig | None = Field(
         default=None,
         description="Train low-rank adapters on the frozen policy instead of every weight (training/lora/): the "
         "optimizer holds only the adapters, and the reference for KL is the same model with its adapters off (no "

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from passband.training.lora.settings import LoraConfig
 from passband.training.precision_setting import DeviceSetting, PrecisionSetting
 
 
@@ -53,6 +54,13 @@ class StageConfig(BaseModel):
         description="'bf16_autocast': forward matmuls in bf16, fp32 master weights, gradients and AdamW state, "
         "fp32 loss; 'fp32': everything fp32; 'auto': bf16_autocast on CUDA and on CPUs with native bf16 "
         "(measured faster there: scripts/bench_sft.py), else fp32.",
+    )
+    lora: LoraConfig | None = Field(
+        default=None,
+        description="Train low-rank adapters on the stage's frozen start model instead of every weight "
+        "(training/lora/): AdamW holds only the adapters. The stage's checkpoints hold the merged weights (what "
+        "the next stage, evaluation and RL load, as from any stage) and the adapter beside them (`adapter/`, "
+        "peft's layout); a resumed stage trains on from the adapter. None: full fine-tuning.",
     )
     activation_checkpointing: bool = Field(default=False, description="Recompute each decoder layer in backward instead of storing its activations.")
     checkpoint_every: int = Field(default=0, ge=0, description="Save a checkpoint every this many steps (0: only at the stage end).")
