@@ -10,16 +10,20 @@ them; a check that applies to the task but says "not_applicable" counts as faile
     else the last one) parses as Python and defines the entry point as a top-level function (any
     parsable block when the reference names no entry point);
   - ifeval: the response is non-empty and on topic: it shares at least `min_topic_words` content
-    words (4+ letters, not a stop word or an instruction word) with the prompt.
+    words (4+ letters, not a stop word or an instruction word) with the prompt;
+  - a task of the user's (docs/your-reward.md): not_applicable, as are execution and math; its own
+    verifier's `pass` is what a trace is selected by, with the structure check's generic half.
 - execution (code only): the verifier's sandbox run of the tests passed.
 - math (math only): the verifier found the final answer equivalent to the reference.
 - structure: curation.verifiers.structure.check_structure under the task's StructureSpec
-  (sections, final answer, not truncated, no repetition loops, length).
+  (sections, final answer, not truncated, no repetition loops, length); a user's task and ifeval
+  require no final-answer format.
 """
 
 import ast
 import re
 
+from passband.curation.catalog import TASKS
 from passband.curation.verifiers.code import extract_code
 from passband.curation.verifiers.math import extract_answer
 from passband.curation.verifiers.structure import StructureSpec, check_structure
@@ -52,9 +56,9 @@ def structure_spec_for(task: str, math_rule: str = "last_number",
         return StructureSpec(sections=sections, answer_mode=math_rule)
     if task == "code":
         return StructureSpec(sections=sections, answer_mode="regex", answer_regex=_CODE_BLOCK_REGEX)
-    if task == "ifeval":
+    if task == "ifeval" or task not in TASKS:  # a task of the user's: its verifier reads its own answer format
         return StructureSpec(sections=sections, answer_mode="none")
-    raise ValueError(f"structure_spec_for: task must be math, code or ifeval, got {task!r}")
+    raise ValueError(f"structure_spec_for: task must be math, code, ifeval or one of your own, got {task!r}")
 
 
 def is_number(text: str) -> bool:
@@ -98,7 +102,9 @@ def consistency(task: str, prompt: str, completion: str, reference, math_rule: s
         if len(shared) < min_topic_words:
             return "fail", f"{len(shared)} topic words shared with the prompt (< {min_topic_words})"
         return "pass", f"shares {sorted(shared)[:5]}"
-    raise ValueError(f"consistency: task must be math, code or ifeval, got {task!r}")
+    if task not in TASKS:
+        return "not_applicable", "a task of your own: its verifier is the judge of its answers"
+    raise ValueError(f"consistency: task must be math, code, ifeval or one of your own, got {task!r}")
 
 
 def four_verdicts(task: str, prompt: str, completion: str, reference, status: str,

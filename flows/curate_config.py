@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from passband.curation.balance import BalanceConfig
 from passband.curation.bands import Band, DifficultyBands, PrefilterConfig
-from passband.curation.catalog import TaskName, VerifierSettings
+from passband.curation.catalog import TASKS, VerifierSettings
 from passband.curation.hygiene import HygieneConfig
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
@@ -122,6 +122,13 @@ class SyntheticConfig(Config):
         return self
 
 
+def _check_user_pool(task_name: str, source: ProblemSource) -> None:
+    """A task of the user's has no built-in suite: its pool is a file (or dataset) whose rows it names."""
+    if source.path is None:
+        raise ValueError(f"tasks.{task_name}: a task of your own has no built-in suite; set "
+                         f"tasks.{task_name}.source.path to its rows and source.task to {task_name!r}")
+
+
 def _default_pool(suite: str, difficulty: int | str) -> TaskPool:
     return TaskPool(source=ProblemSource(suite=suite, num_problems=40, difficulty=difficulty))
 
@@ -133,10 +140,11 @@ class CurateConfig(Config):
     """The checkpoint that will be trained next (its pass rates decide): shipped name, URI or dir."""
     teacher: str | None = None
     """Model answering synthetic and correction queries (None: the student, for alignment)."""
-    tasks: dict[TaskName, TaskPool] = {  # type: ignore[valid-type]
+    tasks: dict[str, TaskPool] = {
         "math": _default_pool("math", 0), "code": _default_pool("code", 0), "ifeval": _default_pool("ifeval", "easy")}
-    """Task name (a catalog task) -> its pool. Default: math at difficulty 0 with plain answers,
-    tiny code functions, the easy instruction constraints."""
+    """Task name -> its pool. A catalog task, or a task of your own (docs/your-reward.md: a `passband.tasks`
+    entry point or an import path, its pool a file with `source.task` naming it; PASSBAND_ALLOW_USER_CODE=1).
+    Default: math at difficulty 0 with plain answers, tiny code functions, the easy instruction constraints."""
     pass_rate: PassRateConfig = PassRateConfig()
     """Pass-rate sampling."""
     engine: EngineConfig = EngineConfig()
@@ -172,6 +180,8 @@ class CurateConfig(Config):
             raise ValueError(f"every task is disabled; enable at least one of {sorted(self.tasks)}")
         for task_name, pool in self.pools().items():
             source = pool.source
+            if task_name not in TASKS:
+                _check_user_pool(task_name, source)
             if source.path is None and source.suite not in (task_name, "humaneval" if task_name == "code" else task_name):
                 raise ValueError(f"tasks.{task_name}.source.suite is {source.suite!r}; it must be {task_name!r}")
             if source.path is not None and source.task != task_name:
@@ -179,6 +189,16 @@ class CurateConfig(Config):
             if pool.source.num_problems != "all" and pool.eval_size >= pool.source.num_problems:
                 raise ValueError(f"tasks.{task_name}.eval_size ({pool.eval_size}) must be below "
                                  f"tasks.{task_name}.source.num_problems ({pool.source.num_problems})")
+        return self
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> "CurateConfig":
+        from passband.curation.catalog.user import names_user_code  # reads installed metadata
+
+        unknown = sorted(name for name in self.tasks if name not in TASKS and not names_user_code(name))
+        if unknown:
+            raise ValueError(f"tasks keys must be catalog tasks {sorted(TASKS)}, passband.tasks entry points or import "
+                             f"paths module:attribute (got {unknown})")
         return self
 
     def pools(self) -> dict[str, TaskPool]:

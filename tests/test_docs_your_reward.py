@@ -36,7 +36,7 @@ def page_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     (tmp_path / "data").mkdir()
     for name in ("data/opposites.jsonl", "data/capitals.jsonl"):
         (tmp_path / name).write_text(block(f"jsonl {name}"))
-    for name in ("my-reward.yaml", "my-server.yaml", "my-reward-model.yaml"):
+    for name in ("my-reward.yaml", "my-server.yaml", "my-reward-model.yaml", "my-curate.yaml", "my-combined.yaml"):
         (tmp_path / name).write_text(block(f"yaml {name}"))
     monkeypatch.chdir(tmp_path)
     yield tmp_path
@@ -94,6 +94,7 @@ def test_the_reward_server_scores_then_killed_fails_in_one_line(page_home: Path)
         results = verify_user_groups(["opposites"], ["cold"], [["cold", "hot", ""]], config.reward.verifiers.rewards,
                                      config.reward.verifiers.max_error_fraction)
         assert [(r.score, r.status) for r in results[0]] == [(1.0, "pass"), (0.0, "fail"), (0.0, "unparsable")]
+        verify_server_line(port)
     finally:
         server.kill()
         server.wait(timeout=30)
@@ -135,3 +136,33 @@ def test_the_reward_model_config(page_home: Path) -> None:
                               config.reward.verifiers, {})
     expected = [alone(Path("models/my-reward-model"), "What is the opposite of hot?", text) for text in ("cold", "warm")]
     assert [r.score for r in results[0]] == pytest.approx(expected, abs=1e-5)
+
+
+def verify_server_line(port: int) -> None:
+    """The page's `passband verify --reward-url` line against its server (on `port`)."""
+    argv = shlex.split(block("bash verify-server").replace("8765", str(port)))
+    Path("answers.jsonl").write_text("".join(json.dumps({"id": i, "completion": c, "reference": "cold"}) + "\n"
+                                             for i, c in (("a", "Cold."), ("b", "hot"), ("c", ""))))
+    result = CliRunner().invoke(main, argv[1:])
+    assert result.exit_code == 0, result.output
+    assert [(row["id"], row["score"], row["status"]) for row in map(json.loads, Path("scored.jsonl").read_text().splitlines())] == [
+        ("a", 1.0, "pass"), ("b", 0.0, "fail"), ("c", 0.0, "unparsable")]
+
+
+def test_the_curate_config_of_a_task_of_yours(page_home: Path) -> None:
+    from passband.flows.curate_config import CurateConfig
+
+    config = resolve_config(CurateConfig, "curate", config_files=Path("my-curate.yaml"))
+    (pool,) = config.pools().values()
+    assert list(config.pools()) == ["capitals"] and pool.eval_size == 1 and pool.band is None
+    loaded = pool.source.load()  # as the flow's load_problems_task
+    assert [row["id"] for row in loaded.rows] == ["cap-1", "cap-2"]
+    assert [q["row_number"] for q in loaded.quarantined] == [3]
+
+
+def test_the_combined_reward_config(page_home: Path) -> None:
+    from passband.curation.catalog.reward_model import RewardModelConfig
+
+    config = resolve_config(RLConfig, "rl", config_files=Path("my-combined.yaml"))
+    assert config.reward.verifiers.rewards == {"math": RewardModelConfig(
+        model="models/my-reward-model", combine="sum", verifier_weight=0.7, engine="vllm")}

@@ -8,7 +8,7 @@ or import path (user.py), and `VerifierSettings.rewards` names rewards of the us
 
 from typing import Any, Literal
 
-from pydantic import Field, create_model
+from pydantic import Field, create_model, field_validator
 
 from passband.curation.catalog.code import CODE
 from passband.curation.catalog.ifeval import IFEVAL
@@ -51,17 +51,31 @@ _USER_FIELDS: dict[str, Any] = {
             "Task name -> a reward of your own for the rows of that task (docs/your-reward.md): an import path "
             "`mypkg.rewards:score` of a batched function (completions, references) -> scores, a reward server "
             "{url, batch_size, timeout_s, retries, backoff_s, concurrency}, or a reward model {model, batch_size, "
-            "max_length, device} (a sequence-classification checkpoint, reward sigmoid(logit)). Your code runs in "
+            "max_length, device, engine, combine, verifier_weight, kv_cache_gib} (a sequence-classification checkpoint, "
+            "reward sigmoid(logit), alone or combined with the task's verifier). Your code runs in "
             "passband's process only with PASSBAND_ALLOW_USER_CODE=1."))),
     "max_error_fraction": (float, Field(0.5, ge=0, le=1, exclude_if=lambda fraction: fraction == 0.5, description=(
         "Stop the run when more than this fraction of one batch's rollouts of a task of your own (a reward, "
         "a reward server, an entry-point or import-path task) come back `error`; fewer are masked as ours are."))),
 }
 
+def _combined_models_have_verifiers(rewards: dict[str, Any]) -> dict[str, Any]:
+    """A reward model combined with a verifier (sum, gate) needs a task that has one."""
+    from passband.curation.catalog.user import names_user_code  # reads installed metadata
+
+    for name, spec in rewards.items():
+        if isinstance(spec, RewardModelConfig) and spec.combine != "replace" and not (
+                name in TASKS or names_user_code(name)):
+            raise ValueError(f"rewards.{name}: combine {spec.combine!r} adds the task's own verifier, and {name!r} is "
+                             "not a catalog task, a passband.tasks entry point or an import path; use combine: replace")
+    return rewards
+
+
 VerifierSettings = create_model(
     "VerifierSettings",
     __base__=Options,
     __doc__="Each task's verifier settings, one field per task, all defaulted.",
+    __validators__={"_combined_models_have_verifiers": field_validator("rewards")(_combined_models_have_verifiers)},
     **{name: _field(name, t.Settings) for name, t in TASKS.items()},
     **_USER_FIELDS,
 )

@@ -18,8 +18,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from passband.curation.bands import BandFilter
 from passband.curation.catalog.task import Options, Task
 from passband.curation.verifiers.result import STATUSES, VerifyResult
+
+
+USER_DEFAULT_BAND = BandFilter.parse("(0, 0.8]")
+"""The pass-rate band curate keeps for RL from a task of the user's that declares no `default_band`:
+the recipe's band of math and code (docs/recipe.md section 2)."""
 
 
 class NoSettings(Options):
@@ -106,6 +112,8 @@ class GuardedTask(Task):
         self.user_task = user_task
         self.Settings = getattr(user_task, "Settings", NoSettings)  # type: ignore[misc]
         self.text_reference = getattr(user_task, "text_reference", False)  # type: ignore[misc]
+        # curate's RL band when the config sets none: the task's own, else the recipe's for our tasks
+        self.default_band = getattr(user_task, "default_band", USER_DEFAULT_BAND)  # type: ignore[misc]
 
     def verify(self, completions: list[str], references: list[Any], settings: Options | None = None) -> list[VerifyResult]:
         chosen = self.Settings() if settings is None else settings

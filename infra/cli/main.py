@@ -317,15 +317,23 @@ def doctor() -> None:
               help="math: how the answer is read, the configs' answer_format: plain (the last number; the default,"
                    " as in every flow) or boxed (the last \\boxed{}).")
 @click.option("--mode", default=None, help="ifeval: strict (the default, as in every flow) or loose.")
-def verify(task_name: str, input_path: Path, output_path: Path, answer_format: str | None, mode: str | None) -> None:
+@click.option("--reward-url", default=None,
+              help="Score with a reward server instead (docs/your-reward.md section 3): POST batches to this URL, "
+                   "--task being the task it is sent; a server down is one line naming it and exit 1.")
+@click.option("--reward-timeout-s", type=float, default=30.0, show_default=True,
+              help="With --reward-url: seconds one request may take (connect, and each read).")
+@click.option("--reward-retries", type=int, default=2, show_default=True,
+              help="With --reward-url: further tries of a request that failed, timed out or got a 5xx.")
+def verify(task_name: str, input_path: Path, output_path: Path, answer_format: str | None, mode: str | None,
+           reward_url: str | None, reward_timeout_s: float, reward_retries: int) -> None:
     """Verify a JSONL file of {id, completion, reference} rows, as the flows' verifiers score them.
 
     Writes each row back to OUTPUT with score, status (pass, fail, unparsable) and detail. A row that
     cannot be verified (bad JSON, a missing key, a reference the task cannot use) is written with its
     line number and reason to OUTPUT's stem + .quarantine.jsonl (out.jsonl -> out.quarantine.jsonl).
-    Exit codes: 0 every row verified; 2 a bad option; 3 some rows quarantined (the others verified;
-    every line of a binary or non-UTF-8 file is quarantined); 4 the file has no rows (empty, or blank
-    lines only), nothing written.
+    Exit codes: 0 every row verified; 1 the reward server (--reward-url) failed every try, nothing
+    written; 2 a bad option; 3 some rows quarantined (the others verified; every line of a binary or
+    non-UTF-8 file is quarantined); 4 the file has no rows (empty, or blank lines only), nothing written.
 
     \b
     The reference of each task (docs/your-data.md):
@@ -338,14 +346,24 @@ def verify(task_name: str, input_path: Path, output_path: Path, answer_format: s
                   {"score": 0, 0.5 or 1}; the completion is an analysis ending in the
                   score phrase and \\boxed{score} (curation/grading/texts.py)
     """
+    from pydantic import ValidationError
+
     from passband.flows.config import ConfigError
     from passband.cli.verify_cmd import exit_status, summary, verify_file
+    from passband.curation.catalog.reward_server import RewardServerConfig, RewardServerUnreachable
 
     settings = {k: v for k, v in {"answer_format": answer_format, "mode": mode}.items() if v is not None}
     try:
-        counts = verify_file(task_name, input_path, output_path, settings)
+        server = None if reward_url is None else RewardServerConfig(
+            url=reward_url, timeout_s=reward_timeout_s, retries=reward_retries)
+        counts = verify_file(task_name, input_path, output_path, settings, server)
+    except ValidationError as err:  # only the reward server's options are validated here
+        raise UserError("; ".join(f"--reward-{str(e['loc'][0]).replace('_', '-')}: {e['msg']}"
+                                  for e in err.errors())) from err
     except ConfigError as err:
         raise UserError(str(err)) from err
+    except RewardServerUnreachable as err:
+        raise click.ClickException(str(err)) from err  # exit 1: the server, not the command line
     click.echo(summary(counts, output_path), err=True)
     # A file with quarantined rows exits non-zero, so a script cannot mistake it for a clean run.
     sys.exit(exit_status(counts))

@@ -11,7 +11,8 @@ stderr line; a file with no rows at all (empty, or blank lines only) is refused 
 nothing is written.
 
 Each task's completions are read and scored as the flows score them: `Task.verify` with the task's
-verifier settings (math's `answer_format` defaults to `plain`, the last number, as in every flow).
+verifier settings (math's `answer_format` defaults to `plain`, the last number, as in every flow),
+or by a reward server (`--reward-url`) as a flow's reward.verifiers.rewards entry scores them.
 A bad task, setting or output folder raises ConfigError before any row is read.
 """
 
@@ -27,6 +28,9 @@ import click
 from pydantic import ValidationError
 
 from passband.flows.config import ConfigError
+
+from passband.curation.catalog.reward_function import NoSettings
+from passband.curation.catalog.reward_server import RewardServer, RewardServerConfig
 
 if TYPE_CHECKING:
     from passband.curation.catalog import Task
@@ -69,10 +73,16 @@ def summary(counts: dict[str, int], output_path: Path) -> str:
 
 
 def verify_file(task: str, input_path: Path, output_path: Path,
-                settings: dict[str, Any] | None = None) -> dict[str, int]:
+                settings: dict[str, Any] | None = None, server: RewardServerConfig | None = None) -> dict[str, int]:
     """Verify every well-formed row; return counts per status (plus "quarantined" if any).
-    `settings` are fields of the task's verifier settings (math: {"answer_format": "boxed"})."""
-    checked, verifier_settings = task_settings(task, settings or {})
+    `settings` are fields of the task's verifier settings (math: {"answer_format": "boxed"});
+    `server`: a reward server scores the rows instead, `task` being the name it is sent (as
+    reward.verifiers.rewards.<task> in a flow); a server that fails every try raises
+    RewardServerUnreachable in one line naming its URL, and nothing is written."""
+    if server is not None and settings:
+        raise ConfigError(f"{', '.join(settings)}: verifier settings, but a reward server scores these rows; drop them")
+    checked, verifier_settings = task_settings(task, settings or {}) if server is None else (
+        RewardServer(task, server), NoSettings())
     output_path = Path(output_path)
     if not output_path.parent.is_dir():
         raise ConfigError(f"-o {output_path}: no folder {output_path.parent}")

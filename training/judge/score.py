@@ -1,8 +1,7 @@
 """Scoring rows of mixed tasks where some tasks are judged by a model: the judged tasks' samples go
-to their Judge, a user's tasks' to the user's reward (curation/catalog/user.py verify_user_groups:
-a function, a reward server or an entry-point task, under the verifier contract), every other
-task's to its program (curation/catalog/verify.py verify_groups), in one place for RL's rollouts
-and evaluation's samples.
+to their Judge, a reward model's to the model, every other task's to its program or the user's
+reward (curation/catalog/verify.py verify_groups: a function, a reward server or an entry-point
+task under the verifier contract), in one place for RL's rollouts and evaluation's samples.
 
 With no judge and no user task the call is verify_groups itself, unchanged.
 """
@@ -13,7 +12,6 @@ from typing import Any
 
 from passband.curation.catalog import TASKS, VerifierSettings
 from passband.curation.catalog.reward_model import RewardModelConfig
-from passband.curation.catalog.user import verify_user_groups
 from passband.curation.catalog.verify import verify_groups
 from passband.curation.verifiers.result import VerifyResult
 from passband.training.judge.judge import Judge, Judgement
@@ -35,26 +33,20 @@ def score_groups(
         raise ValueError(f"{len(tasks_of_rows)} task names, {len(prompts)} prompts, {len(references)} references and "
                          f"{len(completions)} completion groups; need one of each per row")
     results: list[list[VerifyResult | None]] = [[None] * len(group) for group in completions]
-    modelled = {name: spec for name, spec in verifiers.rewards.items() if isinstance(spec, RewardModelConfig)}
-    # a task is scored by its judge, else by the reward `rewards` names for it (a built-in task's
-    # verifier replaced too), else by its own verifier: ours, or the user's entry-point task
-    def ours_by_program(name: str) -> bool:
-        return name in TASKS and name not in judges and name not in verifiers.rewards
-
-    ours = [i for i, name in enumerate(tasks_of_rows) if ours_by_program(name)]
-    users = [i for i, name in enumerate(tasks_of_rows)
-             if not ours_by_program(name) and name not in judges and name not in modelled]
+    modelled = {name: spec for name, spec in verifiers.rewards.items()
+                if isinstance(spec, RewardModelConfig) and name not in judges}
+    # by program: ours, the user's entry-point task, or the reward `rewards` names for it (a built-in
+    # task's verifier replaced too), verify_groups routing each; a reward model combined with the
+    # task's verifier (sum, gate) needs that verifier's verdict first
+    own = verifiers.model_copy(update={"rewards": {n: s for n, s in verifiers.rewards.items() if n not in modelled}})
+    rows = [i for i, name in enumerate(tasks_of_rows)
+            if name not in judges and (name not in modelled or modelled[name].combine != "replace")]
+    verified = verify_groups([tasks_of_rows[i] for i in rows], [references[i] for i in rows],
+                             [completions[i] for i in rows], own)
+    for i, group in zip(rows, verified, strict=True):
+        results[i] = list(group)
     for name, spec in modelled.items():
-        if name not in judges:
-            score_by_model(name, spec, tasks_of_rows, prompts, completions, results)
-    for rows, verified in (
-        (ours, verify_groups([tasks_of_rows[i] for i in ours], [references[i] for i in ours],
-                             [completions[i] for i in ours], verifiers)),
-        (users, verify_user_groups([tasks_of_rows[i] for i in users], [references[i] for i in users],
-                                   [completions[i] for i in users], verifiers.rewards, verifiers.max_error_fraction)),
-    ):
-        for i, group in zip(rows, verified, strict=True):
-            results[i] = list(group)
+        score_by_model(name, spec, tasks_of_rows, prompts, completions, results)
     judgements: dict[tuple[int, int], Judgement] = {}
     for name, judge in judges.items():
         pairs = [(i, j) for i, row_task in enumerate(tasks_of_rows) if row_task == name for j in range(len(completions[i]))]
@@ -67,13 +59,16 @@ def score_groups(
 
 def score_by_model(name: str, config: RewardModelConfig, tasks_of_rows: list[str], prompts: list[Any],
                    completions: list[list[str]], results: list[list[VerifyResult | None]]) -> None:
-    """Fill results[i][j] for every completion of the rows of task `name` with the reward model's verdict."""
+    """Set results[i][j] of every completion of the rows of task `name` to the reward model's verdict,
+    or combine it with the verifier's verdict already there (`config.combine`: sum, gate)."""
+    from passband.curation.catalog.reward_model import with_model_reward
     from passband.training.judge.reward_model import score_with_model  # torch and transformers
 
     pairs = [(i, j) for i, row_task in enumerate(tasks_of_rows) if row_task == name for j in range(len(completions[i]))]
     scored = score_with_model(config, [prompts[i] for i, _ in pairs], [completions[i][j] for i, j in pairs])
     for (i, j), result in zip(pairs, scored, strict=True):
-        results[i][j] = result
+        verdict = results[i][j]
+        results[i][j] = result if verdict is None else with_model_reward(config, verdict, result.score)
 
 
 def judgement_columns(judgement: Judgement | None) -> dict[str, Any]:
