@@ -12,6 +12,7 @@ from passband.flows.common_config import EngineConfig, ProblemSource, SamplingCo
 from passband.flows.config import Config
 from passband.flows.eval_config import EvalConfig, check_answer_format
 from passband.tasks.sampling.dispatch import RolloutWorkersConfig
+from passband.training.episodes.math_python import MathToolConfig
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
@@ -139,6 +140,10 @@ class RLConfig(Config):
     """DAPO's dynamic sampling (training/rl/dynamic_sampling.py): sample rounds of prompts until the
     batch holds `prompts_per_step` groups whose rewards differ (None: one round, every group trained
     on; `algo.skip_zero_gradient_rows` then skips the zero-variance groups' compute)."""
+    math_tool: MathToolConfig | None = Field(None, exclude_if=lambda tool: tool is None)
+    """Math rows as multi-turn episodes with a Python tool run in the sandbox (docs/multi-turn.md): a
+    turn may call it, the first turn without a call is the answer, rewarded by the math verifier;
+    only the sampled tokens are trained. None: every row single-turn."""
     rollout: RolloutConfig = RolloutConfig()
     """Rollouts beside the trainer: how far ahead of it they may run."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from passband.flows.rl_config import RLConfig
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
-    from passband.training.engines import RolloutEngine
+    from passband.training.engines import RolloutEngine, Sample, SamplingConfig
     from passband.training.rl.batching import RolloutBatch
     from passband.training.rl.timeline import Span
 
@@ -100,7 +100,11 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     rows = [problems[task][index] for task, index in picks]
     prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
     rollout_start = time.time()
-    samples, _ = generate(engine, prompts, config.sampling.model_copy(update={"seed": seed}))
+    sampling = config.sampling.model_copy(update={"seed": seed})
+    if config.math_tool is None:
+        samples, _ = generate(engine, prompts, sampling)
+    else:
+        samples = _tool_samples(config, tokenizer, engine, rows, prompts, sampling)
     scoring_start = time.time()
     rewards, valid, counts, judged, verdicts = score_rollouts(rows, samples, config.reward.verifiers, judges)
     groups = [ScoredGroup(row, group, group_rewards, group_valid, [r.score for r in results],
@@ -108,6 +112,26 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
               for row, group, group_rewards, group_valid, results in zip(rows, samples, rewards, valid, verdicts)]
     spans = [Span("rollouts", "rollout", rollout_start, scoring_start), Span("rollouts", "scoring", scoring_start, time.time())]
     return groups, consumed, counts, spans, judged
+
+
+def _tool_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, rows: list[dict], prompts: list[str],
+                  sampling: SamplingConfig) -> list[list[Sample]]:
+    """Samples per row with config.math_tool: math rows as episodes with the Python tool
+    (training/episodes/, under the tool's system message instead of system_prompt), the others
+    single-turn as without it. An episode's sample holds its tokens after the prompt with their loss
+    mask, and its text is the last turn's, which the math verifier scores as a single-turn answer."""
+    from passband.tasks.steps.rollout import generate
+    from passband.training.episodes.groups import episode_groups
+    from passband.training.episodes.math_python import MathPythonEnvironment
+
+    environment = MathPythonEnvironment(config.math_tool.environment, config.reward.verifiers.math)
+    math = [i for i, row in enumerate(rows) if row["task"] == "math"]
+    other = [i for i, row in enumerate(rows) if row["task"] != "math"]
+    episodes, _ = episode_groups(engine, tokenizer, [rows[i] for i in math], environment.open, sampling,
+                                 config.math_tool.budget)
+    single, _ = generate(engine, [prompts[i] for i in other], sampling) if other else ([], 0.0)
+    by_row = dict(zip(math, episodes)) | dict(zip(other, single))
+    return [by_row[i] for i in range(len(rows))]
 
 
 def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:

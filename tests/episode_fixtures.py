@@ -85,9 +85,11 @@ def with_template(tokenizer, template: str):
 @dataclass
 class ScriptedPolicy:
     """A RolloutEngine whose "samples" are given: turns[key] is the list of token-id turns of the
-    episode with that key (the part of the prompt key before '/turn'). Records every prompt it is given."""
+    episode with that key (the part of the prompt key before '/turn'), `default` those of any other
+    key. Records every prompt it is given."""
 
     turns: dict[str, list[list[int]]]
+    default: list[list[int]] = field(default_factory=list)
     name: str = "scripted"
     prompts: list[list[int]] = field(default_factory=list)
 
@@ -95,7 +97,7 @@ class ScriptedPolicy:
         batches = []
         for index, (prompt, key) in enumerate(zip(prompts, prompt_keys, strict=True)):
             episode, turn = key.rsplit("/turn", 1)
-            scripted = self.turns[episode][int(turn)]
+            scripted = self.turns.get(episode, self.default)[int(turn)]
             ids = scripted[: sampling.max_tokens]
             self.prompts.append(list(prompt))
             # log-probs -(1 + position) / 100: distinct values, to see where each one lands

@@ -21,7 +21,7 @@ def check_token_prompts(engine, tokenizer) -> None:
     """Keyed prompts given as ids sample exactly what their text samples, and say so in prompt_token_ids."""
     texts = [render_prompt(tokenizer, q) for q in QUESTIONS]
     ids = [encode_prompt(tokenizer, q) for q in QUESTIONS]
-    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=8, seed=4)
+    sampling = SamplingConfig(n=2, temperature=1.0, max_tokens=6, seed=4)
     keys = ["k/0", "k/1"]
     from_text = engine.generate(texts, sampling, prompt_keys=keys)
     from_ids = engine.generate(ids, sampling, prompt_keys=keys)
@@ -39,7 +39,7 @@ def check_episodes(engine, tokenizer) -> None:
     rows = [{"id": f"p{i}", "prompt": f"What is {i + 2} times 7? Answer with just the number.", "reference": str(7 * (i + 2))}
             for i in range(2)]
     results = run_episodes(engine, tokenizer, [environment.open(row) for row in rows], ["p0", "p1"],
-                           SamplingConfig(max_tokens=48, temperature=1.0, seed=1), EpisodeBudget(max_turns=2, max_tokens=160))
+                           SamplingConfig(max_tokens=32, temperature=1.0, seed=1), EpisodeBudget(max_turns=2, max_tokens=160))
     for result in results:
         tokens = result.tokens
         assert len(tokens.token_ids) == len(tokens.loss_mask) == len(tokens.logprobs) <= 160
@@ -50,16 +50,21 @@ def check_episodes(engine, tokenizer) -> None:
 
 def test_hf_engine_continues_token_prompts(smollm2_dir: Path) -> None:
     tokenizer = load_tokenizer(smollm2_dir)
-    engine = open_engine(EngineConfig(kind="hf", dtype="float32"), smollm2_dir)
-    check_token_prompts(engine, tokenizer)
-    check_episodes(engine, tokenizer)
+    check_token_prompts(open_engine(EngineConfig(kind="hf", dtype="float32"), smollm2_dir), tokenizer)
+
+
+@pytest.mark.slow
+def test_hf_engine_runs_tool_episodes(smollm2_dir: Path) -> None:
+    """Slow: the tool instructions make a ~700-token prompt, decoded turn by turn by transformers."""
+    tokenizer = load_tokenizer(smollm2_dir)
+    check_episodes(open_engine(EngineConfig(kind="hf", dtype="float32"), smollm2_dir), tokenizer)
 
 
 @pytest.mark.slow
 def test_vllm_engine_continues_token_prompts(smollm2_dir: Path) -> None:
     """Slow: a vLLM engine's start-up (minutes on the shared 2-core box)."""
     tokenizer = load_tokenizer(smollm2_dir)
-    engine = open_engine(EngineConfig(kv_cache_gib=0.2, max_model_len=512), smollm2_dir)
+    engine = open_engine(EngineConfig(kv_cache_gib=0.2, max_model_len=1024), smollm2_dir)
     try:
         check_token_prompts(engine, tokenizer)
         check_episodes(engine, tokenizer)

@@ -23,7 +23,7 @@ from passband.training.episodes.tool_calls import MalformedCall, ToolCall, parse
 from tiny_chat_model import IM_END, tiny_tokenizer
 
 ROW = {"id": "p", "task": "math", "prompt": "What is 6 times 7? Answer with just the number.", "reference": "42"}
-TOOL = PythonToolSettings(wall_timeout_s=8.0, cpu_time_s=8)  # room for a slow start on a loaded box
+TOOL = PythonToolSettings(wall_timeout_s=20.0, cpu_time_s=8)  # room for a slow start on a loaded box
 
 
 def _call(code: str) -> str:
@@ -72,7 +72,7 @@ def test_python_tool_runs_and_reports_errors():
 
 
 def test_hostile_fork_bomb_is_capped():
-    out = _step(FORK_BOMB, PythonToolSettings(wall_timeout_s=10.0, cpu_time_s=10, max_processes=16))
+    out = _step(FORK_BOMB, PythonToolSettings(wall_timeout_s=30.0, cpu_time_s=10, max_processes=16))
     assert int(out) < 16  # the program itself is one of the 16
 
 
@@ -141,13 +141,14 @@ def test_environment_steps_run_concurrently_under_a_timeout():
     turn = list(b"ok") + [IM_END]
     keys = [f"e{i}" for i in range(5)]
     policy = ScriptedPolicy({key: [turn] for key in keys})
-    episodes = [SleepyEpisode(1.0) for _ in range(4)] + [SleepyEpisode(5.0)]
+    episodes = [SleepyEpisode(2.0) for _ in range(4)] + [SleepyEpisode(10.0)]
     start = time.monotonic()
     results = run_episodes(policy, tokenizer, episodes, keys, SamplingConfig(max_tokens=8),
-                           EpisodeBudget(step_timeout_s=2.5))
+                           EpisodeBudget(step_timeout_s=3.0))
     elapsed = time.monotonic() - start
-    # four 1 s steps side by side, the 5 s one cut at 2.5 s: one wave well under 4 x 1 + 5 s
-    assert elapsed < 4.0
+    # four 2 s steps side by side, the 10 s one cut at 3 s: about 3 s, where one after the other
+    # would take 4 x 2 + 3 = 11 s (the margin is for a loaded box)
+    assert elapsed < 7.0
     assert [(r.status, r.reward) for r in results] == [("pass", 1.0)] * 4 + [("error", None)]
-    assert results[4].detail == "environment step ran past 2.5 s"
-    assert all(0.9 < r.env_seconds < 2.0 for r in results[:4]) and results[4].env_seconds == 2.5
+    assert results[4].detail == "environment step ran past 3.0 s"
+    assert all(1.9 < r.env_seconds < 3.0 for r in results[:4]) and results[4].env_seconds == 3.0

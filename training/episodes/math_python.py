@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from passband.curation.catalog.math import MATH, MathSettings
 from passband.training.chat import to_messages
-from passband.training.episodes.environment import Messages, Step
+from passband.training.episodes.environment import EpisodeBudget, Messages, Step
 from passband.training.episodes.python_tool import PYTHON_TOOL, PythonToolSettings, run_python_tool
 from passband.training.episodes.tool_calls import MalformedCall, ToolCall, parse_tool_calls, tool_message
 from passband.training.episodes.verdict import final_step
@@ -27,11 +27,9 @@ class MathPythonSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    math: MathSettings = MathSettings()
-    """How the final answer is read and checked (the math task's verifier settings)."""
     tool: PythonToolSettings = PythonToolSettings()
     """Limits of each Python call."""
-    max_tool_calls: int = 3
+    max_tool_calls: int = Field(3, ge=0)
     """Python runs per episode; later calls are answered with a message saying so, unrun."""
     system: str = SYSTEM
     """The system message."""
@@ -57,6 +55,7 @@ class MathPythonEpisode:
     messages: Messages
     reference: str
     settings: MathPythonSettings
+    math: MathSettings
     tools: list[dict[str, Any]] = field(default_factory=lambda: [PYTHON_TOOL])
     num_tool_calls: int = 0
     """Python runs so far (refused calls not counted)."""
@@ -64,7 +63,7 @@ class MathPythonEpisode:
     def step(self, text: str, final: bool) -> Step:
         calls = parse_tool_calls(text)
         if final or not calls:
-            return final_step(MATH.verify([text], [self.reference], self.settings.math)[0], len(calls))
+            return final_step(MATH.verify([text], [self.reference], self.math)[0], len(calls))
         observation = []
         for call in calls:
             text_out, ran = answer_call(call, self.settings.max_tool_calls - self.num_tool_calls, self.settings.tool)
@@ -75,9 +74,23 @@ class MathPythonEpisode:
 
 @dataclass(frozen=True)
 class MathPythonEnvironment:
-    """Math rows (the math suite's {prompt, reference}) as episodes with the Python tool."""
+    """Math rows (the math suite's {prompt, reference}) as episodes with the Python tool, the final
+    answer read and checked with `math` (the math task's verifier settings)."""
 
     settings: MathPythonSettings = MathPythonSettings()
+    math: MathSettings = MathSettings()
 
     def open(self, row: dict[str, Any]) -> MathPythonEpisode:
-        return MathPythonEpisode(to_messages(row["prompt"], self.settings.system), row["reference"], self.settings)
+        return MathPythonEpisode(to_messages(row["prompt"], self.settings.system), row["reference"], self.settings,
+                                 self.math)
+
+
+class MathToolConfig(BaseModel):
+    """Math rows as multi-turn episodes with the Python tool (docs/multi-turn.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    environment: MathPythonSettings = MathPythonSettings()
+    """The tool's limits, the tool-call cap and the system message."""
+    budget: EpisodeBudget = EpisodeBudget(max_turns=3, max_tokens=512)
+    """Turns, tokens (sampled and environment ones) and seconds per environment step of an episode."""

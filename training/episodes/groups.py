@@ -1,0 +1,26 @@
+"""Episodes as RL's groups: G episodes per row, returned as the engine's samples per prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from passband.training.engines.config import SamplingConfig
+from passband.training.engines.protocol import RolloutEngine, Sample
+from passband.training.episodes.environment import Episode, EpisodeBudget
+from passband.training.episodes.rollout import EpisodeResult, run_episodes
+
+
+def episode_groups(engine: RolloutEngine, tokenizer: Any, rows: list[dict[str, Any]],
+                   open_episode: Callable[[dict[str, Any]], Episode], sampling: SamplingConfig,
+                   budget: EpisodeBudget) -> tuple[list[list[Sample]], list[list[EpisodeResult]]]:
+    """(samples, episode results) per row: `sampling.n` episodes of each row run together; each sample is
+    an episode's tokens after its prompt with their loss mask, its text the final turn's. Episode
+    keys are the row's place in `rows`, its id and the member, so a row drawn twice gets two groups."""
+    n = sampling.n
+    episodes = [open_episode(row) for row in rows for _ in range(n)]
+    keys = [f"{index}/{row['id']}/{member}" for index, row in enumerate(rows) for member in range(n)]
+    results = run_episodes(engine, tokenizer, episodes, keys, sampling, budget)
+    groups = [results[index * n:(index + 1) * n] for index in range(len(rows))]
+    return [[result.to_sample(index, member) for member, result in enumerate(group)]
+            for index, group in enumerate(groups)], groups
