@@ -45,9 +45,10 @@ def default_sampling(tasks: Iterable[str] = DEFAULT_TASKS) -> SamplingConfig:
 
 
 def check_answer_format(sources: Iterable[ProblemSource], verifiers: VerifierSettings, where: str) -> None:
-    """ValueError when a generated math suite asks for another answer format than the math verifier
-    reads (plain: the last number, boxed: the last \\boxed{}); `where` names the verifier setting."""
-    asked = {source.answer_format for source in sources if source.suite == "math" and source.path is None}
+    """ValueError when a generated math suite or a math benchmark asks for another answer format than
+    the math verifier reads (plain: the last number, boxed: the last \\boxed{}); `where` names the
+    verifier setting."""
+    asked = {source.answer_format for source in sources if source.asks_math_format}
     if asked - {verifiers.math.answer_format}:
         raise ValueError(f"math suites ask for {sorted(asked)} but {where}.math.answer_format is "
                          f"{verifiers.math.answer_format!r}; make them agree")

@@ -49,7 +49,8 @@ def test_each_flows_defaults_are_values_of_the_one_class():
 @pytest.mark.parametrize(("flow", "preset", "sets", "sampling"), [
     ("rl", "demo", {"math": 12, "code": 8, "ifeval": 8}, (4, 1.0, 128)),
     ("rl", "smoke", {"math": 4, "code": 4, "ifeval": 4}, (2, 1.0, 64)),
-    ("rl", "gpu", {"math": 200, "code": 32, "ifeval": 100}, (4, 1.0, 1024)),
+    ("rl", "gpu", {"math": 200, "code": 32, "ifeval": 100, "gsm8k": 250, "math500": 250, "ifeval_google": 200},
+     (4, 1.0, 1024)),
     ("sft", "demo", {"math": 32}, (4, 0.6, 96)),
     ("sft", "gpu", {"math": 200}, (4, 0.6, 1024)),
     ("evaluate", "demo", {"math": 40, "code": 16, "ifeval": 16, "humaneval": 8}, (4, 1.0, 256)),

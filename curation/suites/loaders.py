@@ -8,6 +8,7 @@ from the `task` argument, `subdomain` "general", `source` the file or hub name, 
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,19 +47,21 @@ def load_rows(
     column_map: dict[str, str] | None = None,
     split: str = "train",
     name: str | None = None,
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> LoadResult:
     """Read `source` (a .jsonl/.parquet file, a `save_to_disk` directory or a hub name).
 
     `task` fills rows without a task column; a row whose task differs is quarantined.
     `split` picks the split of a hub dataset or of a saved DatasetDict; `name` is a hub
-    dataset's config name (GSM8K's `main`).
+    dataset's config name (GSM8K's `main`). `prepare` rewrites each renamed row before it is
+    validated (a public benchmark's own columns into ours: curation/suites/benchmarks.py).
     """
     column_map = column_map or {}
     if source.startswith(HUB_PREFIX):
         dataset = _read_dataset(source.removeprefix(HUB_PREFIX), None, split, name)
         _check_mapped_columns(dataset.column_names, column_map, source)
         return validated_rows([Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)],
-                          task, column_map, source, False)
+                          task, column_map, source.removeprefix(HUB_PREFIX), False, prepare)
     path = Path(source)
     json_references = False  # our own Parquet files hold every reference as JSON text
     if path.is_file() and path.suffix in JSONL_SUFFIXES:
@@ -77,11 +80,13 @@ def load_rows(
         dataset = _read_dataset(source, path, split, name)
         _check_mapped_columns(dataset.column_names, column_map, source)
         records = [Record(i, raw) for i, raw in enumerate(dataset.to_list(), start=1)]
-    return validated_rows(records, task, column_map, path.name if path.exists() else source, json_references)
+    return validated_rows(records, task, column_map, path.name if path.exists() else source, json_references,
+                          prepare)
 
 
 def validated_rows(records: list[Record], task: str | None, column_map: dict[str, str], default_source: str,
-               json_references: bool) -> LoadResult:
+               json_references: bool,
+               prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> LoadResult:
     """The records normalised and validated: rows, and the quarantined ones with their reasons."""
     result = LoadResult()
     first_row_of_id: dict[str, int] = {}
@@ -89,7 +94,7 @@ def validated_rows(records: list[Record], task: str | None, column_map: dict[str
         reason = record.error
         row = None
         if reason is None:
-            row, reason = _normalise(record, task, column_map, default_source, json_references)
+            row, reason = _normalise(record, task, column_map, default_source, json_references, prepare)
         if reason is None and row["id"] in first_row_of_id:
             reason = (f"row {record.row_number}: duplicate id {row['id']!r} "
                       f"(first at row {first_row_of_id[row['id']]})")
@@ -179,14 +184,17 @@ def _normalise(
     column_map: dict[str, str],
     default_source: str,
     json_references: bool,
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """Rename, fill defaults, decode the reference, validate; (row, None) or (None, reason)."""
+    """Rename, prepare, fill defaults, decode the reference, validate; (row, None) or (None, reason)."""
     number = record.row_number
     if not isinstance(record.raw, dict):
         return None, f"row {number}: expected an object, got {type(record.raw).__name__}"
     row = {column_map.get(column, column): value for column, value in record.raw.items()}
     if len(row) < len(record.raw):
         return None, f"row {number}: two columns map to one name (column map {column_map})"
+    if prepare is not None:
+        row = prepare(row)
     if task is not None:
         row["task"] = task if row.get("task") is None else row["task"]
         if row["task"] != task:

@@ -14,14 +14,15 @@ from passband.curation.suites.source import ProblemSource
 
 @task(name="load-problems", retries=2, retry_delay_seconds=2)
 def load_problems_task(source: ProblemSource, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Rows of the source; bad rows of a user file are logged as `quarantine/<name>.jsonl`."""
+    """Rows of the source; bad rows of a file or a benchmark are logged as `quarantine/quarantined.jsonl`
+    (the flow's warning names the source and counts them)."""
     from prefect.logging import get_run_logger
 
     result = source.load()
     if result.quarantined:
         get_run_logger().warning(
             "%d bad rows quarantined from %s (first: row %s: %s)", len(result.quarantined),
-            source.path, result.quarantined[0]["row_number"], result.quarantined[0]["reason"])
+            source.path or source.suite, result.quarantined[0]["row_number"], result.quarantined[0]["reason"])
         if run_id:
             from passband.tasks.reporting import tracking
 
