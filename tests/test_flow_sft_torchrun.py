@@ -102,7 +102,10 @@ def test_checkpoints_committed_by_the_flow_and_scratch_removed(runs):
     prefix = runs["two"].outputs["checkpoint"].split("/checkpoints/")[1].rsplit("/", 1)[0]
     for step in (2, 4):
         manifest = store.manifest(f"checkpoints/{prefix}/step-{step:06d}")
-        assert {"model.safetensors", "optimizer.pt", "rng.pt", "trainer_state.json"} <= set(manifest["files"])
+        # the ranks' layout: each rank's shards (DCP) beside the HF export; no gathered optimizer.pt
+        assert {"model.safetensors", "shards/.metadata", "shards/__0_0.distcp", "shards/__1_0.distcp", "rng.pt",
+                "trainer_state.json"} <= set(manifest["files"])
+        assert "optimizer.pt" not in manifest["files"]
         assert (manifest["extra"]["step"], manifest["extra"]["total_steps"]) == (step, 4)
     assert not list(runs["home"].glob("scratch/sft-checkpoints-*"))  # the ranks' scratch went with the stage
 

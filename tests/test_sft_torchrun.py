@@ -1,9 +1,9 @@
 """The SFT stage under `torchrun --nproc_per_node 2` (FSDP2 on CPU, gloo) ends where one process does.
 
 Same tiny Llama, data and seed four ways: one process in this test (the reference, checkpoints at
-steps 2 and 4), two ranks from scratch, two ranks resuming from the one-process step-2
-checkpoint (so the sharded resume path and the shared checkpoint layout are both exercised), and
-one torchrun rank (`distributed.torchrun_at_one_rank`: unsharded, so bit for bit the one process).
+steps 2 and 4), two ranks from scratch (built on meta, rank 0's read broadcast; their checkpoints
+sharded by DCP, the AdamW state read back here in one process), two ranks resuming from the
+one-process step-2 checkpoint (rank 0 reads it, every rank keeps its shards), and one torchrun rank (`distributed.torchrun_at_one_rank`: unsharded, so bit for bit the one process).
 """
 
 import json
@@ -20,6 +20,8 @@ from safetensors.torch import load_file
 
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.sft.config import StageConfig
+from passband.training.checkpoint_shards import restore_training_state
+from passband.training.model_source import load_causal_lm
 from passband.training.sft.launch import LaunchConfig, local_stage_examples, run
 from passband.training.sft.packing import group_micro_batches, pack_first_fit_decreasing
 from passband.training.sft.sampler import StepSampler
@@ -109,7 +111,13 @@ def test_two_ranks_match_one_process(tmp_path, monkeypatch):
     assert sorted(one_rank) == sorted(one) and all(torch.equal(one_rank[k], one[k]) for k in one)
     assert {step: m["loss"] for step, m in one_rank_metrics.items()} == {step: m["loss"] for step, m in one_metrics.items()}
     one_adam = torch.load(tmp_path / "one" / "step_000002" / "optimizer.pt", weights_only=True)
-    two_adam = torch.load(tmp_path / "two" / "step_000002" / "optimizer.pt", weights_only=True)
+    # The 2 ranks' checkpoint is sharded (no optimizer.pt): its AdamW state read back in one process.
+    two_checkpoint = tmp_path / "two" / "step_000002"
+    assert not (two_checkpoint / "optimizer.pt").exists() and (two_checkpoint / "shards" / ".metadata").is_file()
+    reader = load_causal_lm(two_checkpoint)
+    reader_adam = torch.optim.AdamW(reader.parameters())
+    restore_training_state(two_checkpoint, reader, reader_adam)
+    two_adam = reader_adam.state_dict()
     assert two_adam["param_groups"][0]["params"] == one_adam["param_groups"][0]["params"]
     for index, moments in one_adam["state"].items():
         for key, value in moments.items():

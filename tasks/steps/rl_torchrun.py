@@ -145,7 +145,7 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     given) and yield their handle once they are ready; stop them at the end, or kill their process
     group on an error. They publish each update in `engine`'s dtype (and fp32 head), the
     `keep_versions` newest kept."""
-    from passband.training.checkpoint import load_checkpoint
+    from passband.training.checkpoint import read_trainer_state
     from passband.training.model_source import load_tokenizer
 
     nproc_per_node = distributed.nproc_per_node
@@ -161,7 +161,7 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
                "-m", "passband.training.rl.launch", str(work_dir / "ranks.yaml")]
     state = RLState(consumed={name: 0 for name in tasks})
     if resume_dir is not None:
-        state = RLState.from_json(load_checkpoint(resume_dir).trainer_state)
+        state = RLState.from_json(read_trainer_state(resume_dir))
     with open(work_dir / "ranks.stderr", "w") as stderr:
         ranks = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True,
                                  start_new_session=True)  # its own group: an error kills every rank

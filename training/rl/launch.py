@@ -20,12 +20,13 @@ half a file; every rank reads every request):
       `endpoint`; answers {"request": N, "update_info": what the engine is told of each round}
   {"kind": "broadcast"}   send the weights the ranks hold to the engine; answers {"request": N, "sent": true}
   {"kind": "checkpoint", "name": "iter-000003", "state": {RLState}}
-      rank 0 writes work_dir/checkpoints/<name> in the one-process layout (training/checkpoint.py,
-      the AdamW state gathered from the shards) and answers {"request": N, "checkpoint": path}
+      every rank writes its shards of the weights and AdamW state into work_dir/checkpoints/<name>,
+      rank 0 the HF export of the weights beside them (training/checkpoint_shards.py; in one process
+      the one-process layout, training/checkpoint.py), and rank 0 answers {"request": N, "checkpoint": path}
   {"kind": "stop"}   answers {"request": N, "stopped": true}; the ranks exit.
 Answers are JSON lines on rank 0's stdout (tasks/steps/rl_torchrun.py reads them). Long-lived ranks
-rather than one launch per iteration: the model is loaded and sharded once, and the AdamW state
-never leaves the ranks except in the checkpoints the flow asks for.
+rather than one launch per iteration: the model is loaded and sharded once (built on meta, rank 0
+reading the weights: training/meta_init.py), and the AdamW state never leaves its rank.
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.ranks import shard_policy, unwrap
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference
-from passband.training.sft.distributed import (close_process_group, gather_full_state, load_optimizer_state,
-                                               open_process_group, rank, world_size)
+from passband.training.sft.distributed import close_process_group, open_process_group, rank, world_size
 
 
 class RanksConfig(BaseModel):
@@ -57,7 +57,7 @@ class RanksConfig(BaseModel):
     model: Path
     """The run's start model (local dir): the reference policy and the tokenizer."""
     resume_from: Path | None = None
-    """A checkpoint of this run (training/checkpoint.py layout, written by any number of ranks) to continue from."""
+    """A checkpoint of this run to continue from, written by any number of ranks (one included)."""
     algo: RLAlgoConfig
     """The update's settings, as the flow's `algo`."""
     work_dir: Path
@@ -95,8 +95,13 @@ def batch_request(batch: RolloutBatch, seed: int, version: int | None) -> dict[s
 
 def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     """The trainer on this rank: sharded when WORLD_SIZE > 1 (the optimizer over the shards), the
-    AdamW state and RNG of `resume_from` loaded whatever rank count wrote it."""
-    from passband.training.checkpoint import load_checkpoint, restore_rng_state
+    weights, AdamW state and RNG of `resume_from` loaded whatever rank count wrote it.
+
+    Under ranks the policy (and the reference) is built on meta and sharded before any weight is
+    read: rank 0 reads them and each rank keeps its shard (training/meta_init.py), or each rank
+    loads its shards of a sharded checkpoint; no rank but 0 holds a full copy."""
+    from passband.training.checkpoint_shards import restore_training_state
+    from passband.training.meta_init import fill_weights
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
     from passband.training.sft.device import resolve_device
@@ -104,24 +109,23 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     open_process_group(config.collective_timeout_s)
     weights_dir = config.resume_from or config.model
     device = resolve_device(config.algo.device)  # this rank's GPU under CUDA
-    lm = load_policy(weights_dir, config.algo)
-    if world_size() == 1:
-        lm.to(device)  # one rank is not sharded; FSDP2 moves the shards of more
-    policy = shard_policy(lm, device)  # the weights are loaded before sharding: each rank keeps its shard
-    optimizer = build_optimizer(lm, config.algo)
+    sharded = world_size() > 1
+    lm = load_policy(weights_dir, config.algo, on_meta=sharded)
+    if not sharded:
+        lm.to(device)  # one rank is not sharded; FSDP2 allocates the shards of more on the device
+    policy = shard_policy(lm, device)
+    if sharded:
+        fill_weights(lm, weights_dir, device)
+    optimizer = build_optimizer(lm, config.algo)  # over the filled parameters
     state = RLState()
     if config.resume_from is not None:
-        loaded = load_checkpoint(config.resume_from)
-        if world_size() == 1:
-            optimizer.load_state_dict(loaded.optimizer_state)
-        else:
-            load_optimizer_state(lm, optimizer, loaded.optimizer_state)
-        restore_rng_state(loaded.rng_state)
-        state = RLState.from_json(loaded.trainer_state)
+        state = RLState.from_json(restore_training_state(config.resume_from, lm, optimizer))
     ref_model = None
     if config.algo.kl_coef > 0:
-        reference = load_reference(config.model, config.algo)
-        ref_model = shard_policy(reference.to(device) if world_size() == 1 else reference, device)
+        reference = load_reference(config.model, config.algo, on_meta=sharded)
+        ref_model = shard_policy(reference if sharded else reference.to(device), device)
+        if sharded:
+            fill_weights(reference, config.model, device)
     return RLTrainer(policy, optimizer, ref_model, load_tokenizer(config.model), weights_dir, state)
 
 
@@ -157,15 +161,15 @@ def publish_weights(trainer: RLTrainer, config: RanksConfig, version: int) -> Pa
 
 
 def save_rank_checkpoint(trainer: RLTrainer, out_dir: Path, name: str) -> Path:
-    """Checkpoint `out_dir/name` in the one-process layout (rank 0 writes; every rank gathers)."""
+    """Checkpoint `out_dir/name`: sharded under ranks (every rank writes its shards, a collective),
+    the one-process layout in one process."""
     from passband.training.checkpoint import save_checkpoint
+    from passband.training.checkpoint_shards import save_sharded_checkpoint
 
-    lm = unwrap(trainer.model)
-    model_state, optimizer_state = (None, None) if world_size() == 1 else gather_full_state(lm, trainer.optimizer)
-    if rank() == 0:
-        save_checkpoint(out_dir, name, lm, trainer.tokenizer, trainer.optimizer, trainer.state.to_json(),
-                        model_state=model_state, optimizer_state=optimizer_state)
-    return out_dir / name
+    lm, state = unwrap(trainer.model), trainer.state.to_json()
+    if world_size() == 1:
+        return save_checkpoint(out_dir, name, lm, trainer.tokenizer, trainer.optimizer, state)
+    return save_sharded_checkpoint(out_dir, name, lm, trainer.tokenizer, trainer.optimizer, state)
 
 
 @dataclasses.dataclass

@@ -92,7 +92,7 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
 
     The reference model is always `model_dir`, the start of the run.
     """
-    from passband.training.checkpoint import load_checkpoint, restore_rng_state
+    from passband.training.checkpoint_shards import restore_training_state
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
     from passband.training.sft.device import resolve_device
@@ -102,21 +102,20 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     model = load_policy(weights_dir, algo).to(device)
     optimizer = build_optimizer(model, algo)
     state = RLState(consumed={name: 0 for name in tasks})
-    if resume_dir is not None:
-        loaded = load_checkpoint(weights_dir)
-        optimizer.load_state_dict(loaded.optimizer_state)  # torch casts the moments to their parameter's device
-        restore_rng_state(loaded.rng_state)
-        state = RLState.from_json(loaded.trainer_state)
+    if resume_dir is not None:  # AdamW and RNG, whatever number of ranks wrote it (the weights are read above)
+        state = RLState.from_json(restore_training_state(weights_dir, model, optimizer))
     ref_model = load_reference(Path(model_dir), algo).to(device) if algo.kl_coef > 0 else None
     return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state)
 
 
-def load_policy(weights_dir: Path, algo: RLAlgoConfig) -> torch.nn.Module:
-    """The policy at `weights_dir`, dropout off, with the config's attention and activation checkpointing."""
+def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
+    """The policy at `weights_dir`, dropout off, with the config's attention and activation checkpointing;
+    with `on_meta` its weights are not read: parameters on the meta device (training/meta_init.py)."""
+    from passband.training.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
     # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
-    model = load_causal_lm(weights_dir).eval()
+    model = (empty_causal_lm if on_meta else load_causal_lm)(weights_dir).eval()
     model.set_attn_implementation(algo.attention)
     if algo.activation_checkpointing:
         # transformers checkpoints its decoder layers only in training mode: train() with every
@@ -132,11 +131,12 @@ def load_policy(weights_dir: Path, algo: RLAlgoConfig) -> torch.nn.Module:
     return model
 
 
-def load_reference(model_dir: Path, algo: RLAlgoConfig) -> torch.nn.Module:
-    """The frozen reference policy: the run's start model."""
+def load_reference(model_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
+    """The frozen reference policy: the run's start model (`on_meta`: as `load_policy`)."""
+    from passband.training.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
-    ref_model = load_causal_lm(model_dir).eval().requires_grad_(False)
+    ref_model = (empty_causal_lm if on_meta else load_causal_lm)(model_dir).eval().requires_grad_(False)
     ref_model.set_attn_implementation(algo.attention)
     return ref_model
 

@@ -18,11 +18,13 @@ divided by the *whole step's* loss-token count (known on every rank, since every
 step's examples: no all-reduce needed) and gradients are *summed* across ranks, not averaged, so
 the gradient is the one-process gradient of the whole step up to float summation order.
 
-Checkpoints have the one-process layout (training/checkpoint.py): every rank joins the gather of
-the full weights and AdamW state (`gather_full_state`), rank 0 alone writes them. A resume reads
-the checkpoint on every rank (local disk under --standalone, shared storage across nodes) and
-`load_optimizer_state` shards the full AdamW state back; the weights are loaded before sharding.
-So a checkpoint resumes under any number of ranks, one included.
+Start-up without a full copy on every rank (training/meta_init.py): each rank builds the model on
+the `meta` device, `shard_for_training` shards it, and rank 0 alone reads the weights and
+broadcasts them, each rank keeping its shard (or each rank reads its shards of a checkpoint). Checkpoints are sharded
+(training/checkpoint_shards.py): each rank writes its shards of the weights and AdamW state with
+torch.distributed.checkpoint, rank 0 the HF export of the weights beside them; a resume reshards
+them to its own number of ranks, one included (local disk under --standalone, shared storage
+across nodes).
 
 tests/test_sft_torchrun.py runs this on 2 CPU ranks (gloo: FSDP2 works there) against one
 process; NCCL on GPUs is the same code with the backend torch picks for CUDA tensors.
@@ -77,7 +79,9 @@ def shard_for_training(loss_module: torch.nn.Module, device: torch.device) -> to
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
 
     fully_shard moves the parameters to `device` (the trainer's `resolve_device`: cuda:LOCAL_RANK
-    when it is CUDA). The process group is already open (`open_process_group`, with its collective timeout).
+    when it is CUDA). A model built on `meta` (training/meta_init.py) stays there, sharded, until
+    `fill_weights` gives each rank its shards. The process group is already open
+    (`open_process_group`, with its collective timeout).
     """
     if world_size() == 1:
         return loss_module
@@ -132,40 +136,6 @@ def optimizer_state_by_index(state: dict[str, Any], names: list[str]) -> dict[st
 def parameter_names(model: torch.nn.Module) -> list[str]:
     """Names in the order of model.parameters() (tied aliases once), i.e. the optimizer's indices."""
     return [name for name, _ in model.named_parameters()]
-
-
-def gather_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-    """(model state, optimizer state), full and on CPU on rank 0, {} on the other ranks.
-
-    A collective: every rank must call it. The optimizer state comes back in the one-process
-    layout, so the checkpoint does not depend on how many ranks wrote it.
-    """
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
-    from passband.training.checkpoint import tied_parameter_aliases
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_state = get_model_state_dict(model, options=options)
-    optimizer_state = get_optimizer_state_dict(model, optimizer, options=options)
-    if rank() != 0:
-        return {}, {}
-    # The gather returns a tied alias (lm_head.weight) as its own tensor, which save_pretrained
-    # would then write twice; one process writes the shared tensor once.
-    aliases = tied_parameter_aliases(model)
-    model_state = {name: tensor for name, tensor in model_state.items() if name not in aliases}
-    return model_state, optimizer_state_by_index(optimizer_state, parameter_names(model))
-
-
-def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Load a one-process optimizer state (every rank passes the full state) into a sharded optimizer."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    set_optimizer_state_dict(model, optimizer, optimizer_state_by_name(state, parameter_names(model)),
-                             options=StateDictOptions(full_state_dict=True))
 
 
 def close_process_group() -> None:

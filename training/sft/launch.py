@@ -5,7 +5,7 @@
 
 The file holds a `LaunchConfig`, e.g.
     model: /data/ckpt/format          # local checkpoint dir (safetensors + tokenizer)
-    out_dir: /data/ckpt/reasoning     # step_NNNNNN checkpoints land here (rank 0 writes them)
+    out_dir: /data/ckpt/reasoning     # step_NNNNNN checkpoints land here (each rank writes its shards)
     stage: {name: reasoning, datasets: {/data/sft_stage2.jsonl: 1.0}, max_length: 2048,
             num_epochs: 2, lr: 1.0e-5, batch_tokens: 65536, micro_batch_tokens: 8192}
 `stage` is one entry of the sft flow's `stages`, and its datasets are read, mixed and encoded as
@@ -30,10 +30,11 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from passband.training.meta_init import empty_causal_lm
 from passband.training.model_source import load_causal_lm, load_tokenizer
 from passband.training.sft.config import StageConfig
 from passband.training.sft.data import encode_rows, mix_stage_rows
-from passband.training.sft.distributed import close_process_group, open_process_group, rank
+from passband.training.sft.distributed import close_process_group, open_process_group, rank, world_size
 from passband.training.sft.loop import CheckpointCallback, MetricsCallback, TrainResult, train_stage
 from passband.training.sft.packing import SFTExample
 from passband.training.sft.sources import read_chat_rows
@@ -98,10 +99,13 @@ def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics
         examples = load_examples(config.examples)
     else:
         examples = local_stage_examples(config.stage, tokenizer)
-    model = load_causal_lm(config.model)
+    # Under ranks no rank loads the weights here: the model is built on meta and, once sharded, filled
+    # from rank 0's read of them (training/meta_init.py).
+    model = load_causal_lm(config.model) if world_size() == 1 else empty_causal_lm(config.model)
     open_process_group(config.collective_timeout_s)  # before the loop shards the model: its collectives are bounded
     return train_stage(model, tokenizer, examples, config.stage, config.out_dir,
-                       resume_from=config.resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
+                       resume_from=config.resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint,
+                       start_weights=config.model)
 
 
 def main(argv: list[str] | None = None) -> None:

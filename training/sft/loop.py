@@ -26,16 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from passband.training.checkpoint import load_checkpoint, load_model_weights, restore_rng_state, save_checkpoint
+from passband.training.checkpoint import load_model_weights, read_trainer_state, read_weights, save_checkpoint
+from passband.training.checkpoint_shards import restore_training_state, save_sharded_checkpoint
+from passband.training.meta_init import fill_weights, on_meta
 from passband.training.sft.config import StageConfig
-from passband.training.sft.distributed import (
-    gather_full_state,
-    load_optimizer_state,
-    rank,
-    rank_micro_batches,
-    shard_for_training,
-    world_size,
-)
+from passband.training.sft.distributed import rank, rank_micro_batches, shard_for_training, world_size
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.sft.attention import resolve_attention
 from passband.training.sft.device import fused_on, peak_memory_mb, resolve_device
@@ -141,6 +136,7 @@ def train_stage(
     resume_from: Path | None = None,
     on_metrics: MetricsCallback | None = None,
     on_checkpoint: CheckpointCallback | None = None,
+    start_weights: Path | None = None,
 ) -> TrainResult:
     """Train `model` in place on `examples` for one stage; checkpoints go to out_dir/step_NNNNNN.
 
@@ -149,7 +145,9 @@ def train_stage(
     checkpoint directory of this same stage (same name, seed and data), else a ValueError.
 
     Under torchrun (WORLD_SIZE > 1) every rank calls this with the same arguments; the model is
-    sharded in place with FSDP2, rank 0 alone writes checkpoints and calls the callbacks.
+    sharded in place with FSDP2, every rank writes its shards of each checkpoint, rank 0 the rest
+    and calls the callbacks. A model built on `meta` (training/meta_init.py, the ranks' launch) is
+    filled after sharding from `resume_from`, else from `start_weights` (rank 0 reads it).
     """
     cfg = stage_cfg
     num_ranks, this_rank = world_size(), rank()
@@ -160,14 +158,17 @@ def train_stage(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     seed_everything(cfg.seed)
-    checkpoint = load_checkpoint(resume_from) if resume_from is not None else None
-    if checkpoint is not None:
-        state = checkpoint.trainer_state
+    if resume_from is not None:
+        state = read_trainer_state(resume_from)
         expected = {"stage": cfg.name, "seed": cfg.seed, "data_fingerprint": fingerprint, "total_steps": total_steps}
         differing = {k: (state.get(k), v) for k, v in expected.items() if state.get(k) != v}
         if differing:
             raise ValueError(f"cannot resume from {resume_from}: (checkpoint, now) differ for {differing}")
-        load_model_weights(model, checkpoint.model_state)  # before sharding: each rank keeps its shard
+    built_on_meta = on_meta(model)  # under ranks: filled once sharded
+    if built_on_meta and resume_from is None and start_weights is None:
+        raise ValueError("a model built on meta needs start_weights (or resume_from) to be filled from")
+    if resume_from is not None and not built_on_meta:
+        load_model_weights(model, read_weights(resume_from))
     if cfg.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -178,17 +179,15 @@ def train_stage(
     if num_ranks == 1:
         model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
     loss_module = shard_for_training(loss_module, run_on)
+    if built_on_meta:  # each rank's shards: read by rank 0 and broadcast, or its own of a sharded checkpoint
+        fill_weights(model, resume_from or start_weights, run_on)
     device = next(model.parameters()).device  # after sharding, which moves it to the rank's device
     # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   **fused_on(device))
     step, sampler_state = 0, SamplerState()
-    if checkpoint is not None:
-        if num_ranks == 1:
-            optimizer.load_state_dict(checkpoint.optimizer_state)
-        else:
-            load_optimizer_state(model, optimizer, checkpoint.optimizer_state)
-        restore_rng_state(checkpoint.rng_state)
+    if resume_from is not None:  # AdamW and RNG, whatever number of ranks wrote it
+        restore_training_state(resume_from, model, optimizer)
         step, sampler_state = state["step"], SamplerState(state["epoch"], state["cursor"])
     sampler = StepSampler(lengths, cfg.batch_tokens, cfg.seed, sampler_state)
 
@@ -232,12 +231,8 @@ def train_stage(
             name = f"step_{step:06d}"
             if num_ranks == 1:
                 last_checkpoint = save_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state)
-            else:
-                model_state, optimizer_state = gather_full_state(model, optimizer)  # every rank gathers
-                last_checkpoint = out_dir / name
-                if this_rank == 0:
-                    save_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state,
-                                    model_state=model_state, optimizer_state=optimizer_state)
+            else:  # every rank writes its shards
+                last_checkpoint = save_sharded_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state)
             if on_checkpoint is not None and this_rank == 0:
                 on_checkpoint(last_checkpoint, step)
             if num_ranks > 1:  # rank 0 has written (and committed) it before any rank returns its path
