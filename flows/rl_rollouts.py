@@ -101,12 +101,14 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
     rollout_start = time.time()
     sampling = config.sampling.model_copy(update={"seed": seed})
+    episode_counts: dict[str, float] = {}
     if config.math_tool is None:
         samples, _ = generate(engine, prompts, sampling)
     else:
-        samples = _tool_samples(config, tokenizer, engine, rows, prompts, sampling)
+        samples, episode_counts = _tool_samples(config, tokenizer, engine, rows, prompts, sampling)
     scoring_start = time.time()
     rewards, valid, counts, judged, verdicts = score_rollouts(rows, samples, config.reward.verifiers, judges)
+    counts = counts | episode_counts
     groups = [ScoredGroup(row, group, group_rewards, group_valid, [r.score for r in results],
                           [r.status for r in results], [r.detail for r in results])
               for row, group, group_rewards, group_valid, results in zip(rows, samples, rewards, valid, verdicts)]
@@ -115,23 +117,23 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
 
 
 def _tool_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, rows: list[dict], prompts: list[str],
-                  sampling: SamplingConfig) -> list[list[Sample]]:
-    """Samples per row with config.math_tool: math rows as episodes with the Python tool
+                  sampling: SamplingConfig) -> tuple[list[list[Sample]], dict[str, float]]:
+    """(samples per row, the episodes' counts) with config.math_tool: math rows as episodes with the Python tool
     (training/episodes/, under the tool's system message instead of system_prompt), the others
     single-turn as without it. An episode's sample holds its tokens after the prompt with their loss
     mask, and its text is the last turn's, which the math verifier scores as a single-turn answer."""
     from passband.tasks.steps.rollout import generate
-    from passband.training.episodes.groups import episode_groups
+    from passband.training.episodes.groups import episode_counts, episode_groups
     from passband.training.episodes.math_python import MathPythonEnvironment
 
     environment = MathPythonEnvironment(config.math_tool.environment, config.reward.verifiers.math)
     math = [i for i, row in enumerate(rows) if row["task"] == "math"]
     other = [i for i, row in enumerate(rows) if row["task"] != "math"]
-    episodes, _ = episode_groups(engine, tokenizer, [rows[i] for i in math], environment.open, sampling,
-                                 config.math_tool.budget)
+    episodes, results = episode_groups(engine, tokenizer, [rows[i] for i in math], environment.open, sampling,
+                                       config.math_tool.budget)
     single, _ = generate(engine, [prompts[i] for i in other], sampling) if other else ([], 0.0)
     by_row = dict(zip(math, episodes)) | dict(zip(other, single))
-    return [by_row[i] for i in range(len(rows))]
+    return [by_row[i] for i in range(len(rows))], episode_counts("math", results)
 
 
 def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:

@@ -13,7 +13,8 @@ from passband.curation.catalog.math import MATH
 from passband.flows.rl_rollouts import _tool_samples
 from passband.training.rl.batching import build_rollout_batch
 from passband.training.engines.config import SamplingConfig
-from passband.training.episodes.math_python import MathToolConfig
+from passband.training.episodes.math_python import MathPythonSettings, MathToolConfig
+from passband.training.episodes.python_tool import PythonToolSettings
 from tiny_chat_model import IM_END, IM_START, tiny_tokenizer
 
 CALL = "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": "print(6 * 7)"}}) + "</tool_call>"
@@ -25,8 +26,12 @@ def test_math_rows_roll_out_as_tool_episodes():
     tokenizer = tiny_tokenizer()  # byte-level ChatML: a text's ids are its bytes
     turns = [list(CALL.encode()) + [IM_END], list(b"It is 42.") + [IM_END]]
     policy = ScriptedPolicy({}, default=turns)
-    config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), math_tool=MathToolConfig())
-    samples = _tool_samples(config, tokenizer, policy, ROWS, ["unused"] * 2, config.sampling)
+    roomy = MathPythonSettings(tool=PythonToolSettings(wall_timeout_s=30.0))  # a loaded box may start Python slowly
+    config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), math_tool=MathToolConfig(environment=roomy))
+    samples, counts = _tool_samples(config, tokenizer, policy, ROWS, ["unused"] * 2, config.sampling)
+    assert {name: counts[name] for name in ("math/num_episodes", "math/num_turns", "math/num_tool_calls")} == \
+        {"math/num_episodes": 4.0, "math/num_turns": 8.0, "math/num_tool_calls": 4.0}
+    assert counts["episode_env_seconds"] > 0
     verdicts = [MATH.verify([s.text for s in group], ["42"] * 2, config.reward.verifiers.math) for group in samples]
     assert [[v.status for v in group] for group in verdicts] == [["pass", "pass"]] * 2
     batch = build_rollout_batch(samples, [[v.score for v in group] for group in verdicts], [[True, True]] * 2,

@@ -24,3 +24,14 @@ def episode_groups(engine: RolloutEngine, tokenizer: Any, rows: list[dict[str, A
     groups = [results[index * n:(index + 1) * n] for index in range(len(rows))]
     return [[result.to_sample(index, member) for member, result in enumerate(group)]
             for index, group in enumerate(groups)], groups
+
+
+def episode_counts(task: str, groups: list[list[EpisodeResult]]) -> dict[str, float]:
+    """Sums over a round's episodes of `task` (sums, so that rounds add up; mean turns per episode is
+    num_turns / num_episodes): episodes, model turns, tool calls, and the wall seconds their
+    environment steps took (`episode_env_seconds`, summed over episodes that ran side by side)."""
+    results = [result for group in groups for result in group]
+    return {f"{task}/num_episodes": float(len(results)),
+            f"{task}/num_turns": float(sum(r.num_turns for r in results)),
+            f"{task}/num_tool_calls": float(sum(r.num_tool_calls for r in results)),
+            "episode_env_seconds": sum(r.env_seconds for r in results)}
