@@ -187,6 +187,11 @@ def test_sft_killed_resumes_to_the_same_weights(tmp_path):
     assert len(after) == total and all(after[path] == manifest for path, manifest in killed.committed.items())
     diff = _max_abs_diff(full["outputs"]["checkpoint"], rerun["outputs"]["checkpoint"])
     assert diff <= 1e-6
+    if lora is not None:  # the merged weights above, and the adapters a further resume would train on
+        adapters = [load_file(fetch_artifact(run["outputs"]["checkpoint"]) / "adapter" / "adapter_model.safetensors")
+                    for run in (full, rerun)]
+        assert adapters[0].keys() == adapters[1].keys()
+        assert max((adapters[0][n] - adapters[1][n]).abs().max().item() for n in adapters[0]) <= 1e-6
     start = load_file(model_dir / "model.safetensors")
     final = load_file(fetch_artifact(full["outputs"]["checkpoint"]) / "model.safetensors")
     assert max((final[name] - start[name]).abs().max().item() for name in start) > 1e-3  # training moved them
@@ -204,8 +209,9 @@ def _rl_state(home: Path, key: str) -> dict:
     return json.loads((fetch_artifact((home / "artifacts" / key).as_uri()) / "trainer_state.json").read_text())
 
 
-def _rl_args(digits: Path, tmp_path: Path, **settings) -> list[str]:
-    """`passband run rl` on the digit model over TRAIN_PROMPTS, a checkpoint every iteration."""
+def _rl_args(digits: Path, tmp_path: Path, lora: dict | None = None, **settings) -> list[str]:
+    """`passband run rl` on the digit model over TRAIN_PROMPTS, a checkpoint every iteration (with `lora`,
+    adapters of those settings at 10x the lr)."""
     return ["run", "rl", *_config_file(tmp_path / "rl.yaml", {
         "model": str(digits),
         "datasets": {"math": {"suite": None, "path": _rows_file(tmp_path / "train.jsonl", TRAIN_PROMPTS),
@@ -214,14 +220,16 @@ def _rl_args(digits: Path, tmp_path: Path, **settings) -> list[str]:
         # 2 prompts per iteration over 8 rows: the cursor crosses two epoch boundaries in 10 iterations
         "prompts_per_step": 2, "num_iterations": RL_ITERATIONS, "seed": 7, "checkpoint_every": 1,
         "sampling": {"n": 4, "max_tokens": 4}, "engine": {"kind": "hf"},
-        "algo": {"lr": 1e-2, "micro_batch_size": 3}, "eval": None, **settings,
+        "algo": {"lr": 1e-2, "micro_batch_size": 3} if lora is None else {"lr": 1e-1, "micro_batch_size": 3, "lora": lora},
+        "eval": None, **settings,
     })]
 
 
 @pytest.mark.slow  # three `passband run rl` processes: 100 s in all on the shared 2-core box
-@pytest.mark.parametrize("max_off_policy_steps", [0, 1])  # 1: the rollouts in flight at the kill come from the checkpoint
-def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps):
-    args = _rl_args(digits, tmp_path, rollout={"max_off_policy_steps": max_off_policy_steps})
+@pytest.mark.parametrize("max_off_policy_steps,lora", [  # 1: the rollouts in flight at the kill come from the checkpoint
+    (0, None), (1, None), (0, {"rank": 4})])  # LoRA: the adapters and their AdamW state resume
+def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps, lora):
+    args = _rl_args(digits, tmp_path, lora, rollout={"max_off_policy_steps": max_off_policy_steps})
     checkpoints = "checkpoints/rl/*/iter-*/manifest.json"
     full, _, full_s = run_to_end(args, tmp_path / "full", RUN_TIMEOUT_S, "uninterrupted")
 
@@ -265,7 +273,7 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_
     resumed_at = (home / "artifacts" / mine_keys[f"iter-{last:06d}"]).as_uri()
     moved = _max_abs_diff(resumed_at, rerun["outputs"]["checkpoint"])
     assert last == RL_ITERATIONS or moved > 0
-    _report(f"rl, max_off_policy_steps {max_off_policy_steps}", [
+    _report(f"rl, max_off_policy_steps {max_off_policy_steps}{', lora' if lora else ''}", [
         f"killed: {killed.describe()}",
         f"rerun resumed after iteration {last}, ran iterations {last + 1}..{RL_ITERATIONS} once each; prompt ids "
         f"of iterations {last + 1}..{RL_ITERATIONS} equal the uninterrupted run's: "

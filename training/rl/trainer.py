@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from passband.training.rl.config import RLAlgoConfig
+from passband.training.checkpoint import ADAPTER_FOLDER
 from passband.training.rl.timeline import Span
 
 
@@ -84,6 +85,8 @@ class RLTrainer:
     weights_dir: Path
     """Where the engine loads its first weights from (the start model or the resumed checkpoint)."""
     state: RLState
+    base_dir: Path | None = None
+    """The run's start model, which LoRA adapters sit on (None: the torchrun ranks', which refuse LoRA)."""
 
 
 def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None = None) -> RLTrainer:
@@ -93,19 +96,27 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     The reference model is always `model_dir`, the start of the run.
     """
     from passband.training.checkpoint_shards import restore_training_state
+    from passband.training.lora.adapters import attach_adapters, load_adapter_state, read_adapter
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
     from passband.training.sft.device import resolve_device
 
     device = resolve_device(algo.device)  # the one decision: policy, reference, AdamW and batches follow it
     weights_dir = Path(resume_dir or model_dir)
-    model = load_policy(weights_dir, algo).to(device)
+    # LoRA: the base is always the start model; a resumed run puts its adapters back on it
+    model = load_policy(Path(model_dir) if algo.lora else weights_dir, algo).to(device)
+    if algo.lora:
+        attach_adapters(model, algo.lora, algo.lora.seed)
+        if resume_dir is not None:
+            load_adapter_state(model, read_adapter(Path(resume_dir) / ADAPTER_FOLDER))
     optimizer = build_optimizer(model, algo)
     state = RLState(consumed={name: 0 for name in tasks})
     if resume_dir is not None:  # AdamW and RNG, whatever number of ranks wrote it (the weights are read above)
         state = RLState.from_json(restore_training_state(weights_dir, model, optimizer))
-    ref_model = load_reference(Path(model_dir), algo).to(device) if algo.kl_coef > 0 else None
-    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state)
+    ref_model = None
+    if algo.kl_coef > 0:  # with adapters the reference is the policy itself, adapters off (update.py)
+        ref_model = model if algo.lora else load_reference(Path(model_dir), algo).to(device)
+    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state, Path(model_dir))
 
 
 def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
@@ -151,8 +162,11 @@ def _zero_dropout(model: torch.nn.Module) -> None:
 
 
 def save_trainer(trainer: RLTrainer, out_dir: Path) -> Path:
-    """Write the trainer's checkpoint (weights, optimizer, RNG, RLState) into `out_dir`; its path."""
+    """Write the trainer's checkpoint (weights, optimizer, RNG, RLState; LoRA: merged weights and the
+    adapters) into `out_dir`; its path."""
     from passband.training.checkpoint import save_checkpoint
+    from passband.training.lora.adapters import adapter_checkpoint
 
     return save_checkpoint(out_dir, f"iter-{trainer.state.iteration:06d}", trainer.model, trainer.tokenizer,
-                           trainer.optimizer, trainer.state.to_json())
+                           trainer.optimizer, trainer.state.to_json(),
+                           **adapter_checkpoint(trainer.model, str(trainer.base_dir)))

@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from passband.training.checkpoint import load_model_weights, read_trainer_state, read_weights, save_checkpoint
+from passband.training.checkpoint import (ADAPTER_FOLDER, load_model_weights, read_trainer_state, read_weights,
+                                          save_checkpoint)
 from passband.training.checkpoint_shards import restore_training_state, save_sharded_checkpoint
 from passband.training.meta_init import fill_weights, on_meta
+from passband.training.lora.adapters import adapter_checkpoint, attach_adapters, load_adapter_state, read_adapter
 from passband.training.sft.config import StageConfig
 from passband.training.sft.distributed import rank, rank_micro_batches, shard_for_training, world_size
 from passband.training.sft.model_loss import PackedLMLoss
@@ -167,8 +169,12 @@ def train_stage(
     built_on_meta = on_meta(model)  # under ranks: filled once sharded
     if built_on_meta and resume_from is None and start_weights is None:
         raise ValueError("a model built on meta needs start_weights (or resume_from) to be filled from")
-    if resume_from is not None and not built_on_meta:
+    if resume_from is not None and not built_on_meta and cfg.lora is None:
         load_model_weights(model, read_weights(resume_from))
+    if cfg.lora is not None:  # adapters on the stage's start model; a resumed stage's are its checkpoint's
+        attach_adapters(model, cfg.lora, cfg.lora.seed)
+        if resume_from is not None:
+            load_adapter_state(model, read_adapter(resume_from / ADAPTER_FOLDER))
     if cfg.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -183,8 +189,8 @@ def train_stage(
         fill_weights(model, resume_from or start_weights, run_on)
     device = next(model.parameters()).device  # after sharding, which moves it to the rank's device
     # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  **fused_on(device))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                  weight_decay=cfg.weight_decay, **fused_on(device))
     step, sampler_state = 0, SamplerState()
     if resume_from is not None:  # AdamW and RNG, whatever number of ranks wrote it
         restore_training_state(resume_from, model, optimizer)
@@ -230,7 +236,8 @@ def train_stage(
             }
             name = f"step_{step:06d}"
             if num_ranks == 1:
-                last_checkpoint = save_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state)
+                last_checkpoint = save_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state,
+                                                  **adapter_checkpoint(model, tokenizer.name_or_path))
             else:  # every rank writes its shards
                 last_checkpoint = save_sharded_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state)
             if on_checkpoint is not None and this_rank == 0:
