@@ -11,12 +11,14 @@ import pytest
 from episode_fixtures import QWEN25_TEMPLATE, ScriptedPolicy, smollm2_tokenizer, with_template
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.environment import EpisodeBudget
-from passband.training.episodes.math_python import MathPythonEnvironment
+from passband.training.episodes.math_python import MathPythonEnvironment, MathPythonSettings
 from passband.training.episodes.rollout import run_episodes
 from passband.training.episodes.tokens import TemplateError, environment_text, render
 from passband.training.episodes.tool_calls import tool_instructions
-from passband.training.episodes.python_tool import PYTHON_TOOL
+from passband.training.episodes.python_tool import PYTHON_TOOL, PythonToolSettings
 
+# a loaded 2-core box has taken over 5 s (the default wall limit) to start Python in the sandbox
+ENVIRONMENT = MathPythonEnvironment(MathPythonSettings(tool=PythonToolSettings(wall_timeout_s=30.0)))
 ROW = {"id": "p0", "task": "math", "prompt": "What is 6 times 7? Answer with just the number.", "reference": "42"}
 
 
@@ -58,7 +60,7 @@ def test_three_turn_episode_is_sampled_plus_template_tokens(tokenizers, family):
     sampled = _sampled_turns(tokenizer)
     assert tokenizer.encode(tokenizer.decode(sampled[0]), add_special_tokens=False) != sampled[0]  # not canonical
     policy = ScriptedPolicy({"p0/0": sampled})
-    environment = MathPythonEnvironment()
+    environment = ENVIRONMENT
     (result,) = run_episodes(policy, tokenizer, [environment.open(ROW)], ["p0/0"],
                              SamplingConfig(max_tokens=200, temperature=1.0), EpisodeBudget(max_turns=3))
 
@@ -129,7 +131,7 @@ def test_budgets_end_episodes(tokenizers):
     tokenizer = tokenizers["smollm2"]
     sampled = _sampled_turns(tokenizer)
     policy = ScriptedPolicy({"a": sampled, "b": sampled, "c": sampled})
-    environment = MathPythonEnvironment()
+    environment = ENVIRONMENT
     episodes = [environment.open(ROW) for _ in range(3)]
     budgets = {"a": EpisodeBudget(max_turns=1), "b": EpisodeBudget(max_tokens=len(sampled[0]) - 1),
                "c": EpisodeBudget(max_tokens=len(sampled[0]) + 5)}
