@@ -11,13 +11,16 @@ sampling prompts x 4 samples of exactly --tokens tokens at T=1 in one call:
   queued:  every request queued before the first step (the engine's _run_whole), split KV kept;
   after:   queued and split KV off (EngineConfig.split_kv_attention false): the engine as it is now.
 Prints tokens/s and the ratios to `before` of the same mode, measured in this one run; with
---repeats > 1 the engines alternate and each keeps its best (the box may be shared).
+--repeats > 1 the variants alternate (before, queued, after, then again, each round starting one
+variant later, so none always runs first) and each prints its median and every measurement: on a
+shared box the load moves between rounds, and alternating spreads it over the variants alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,17 +67,20 @@ def main() -> None:
     from passband.training.model_source import gguf_to_safetensors, smollm2_gguf_path
 
     model_dir = args.model_dir or gguf_to_safetensors(smollm2_gguf_path(), Path(tempfile.mkdtemp(prefix="bench-model-")))
-    print(f"{args.dtype}, {args.prompts} prompts x 4 samples x {args.tokens} tokens, best of {args.repeats}")
+    print(f"{args.dtype}, {args.prompts} prompts x 4 samples x {args.tokens} tokens, median of {args.repeats}")
     for mode in args.modes:
-        best = dict.fromkeys(VARIANTS, 0.0)
-        for _ in range(args.repeats):
-            for variant in VARIANTS:
+        rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        for round_ in range(args.repeats):
+            for variant in VARIANTS[round_ % 3:] + VARIANTS[:round_ % 3]:
                 child = subprocess.run([sys.executable, __file__, "--one", mode, variant, "--model-dir", str(model_dir),
                                         "--dtype", args.dtype, "--prompts", str(args.prompts), "--tokens", str(args.tokens)],
                                        check=True, capture_output=True, text=True)
-                best[variant] = max(best[variant], json.loads(child.stdout.strip().splitlines()[-1]))
-        print(f"{mode:3s} " + ", ".join(f"{v} {best[v]:.1f} tok/s" for v in VARIANTS)
-              + f"; queued/before {best['queued'] / best['before']:.3f}, after/before {best['after'] / best['before']:.3f}",
+                rates[variant].append(json.loads(child.stdout.strip().splitlines()[-1]))
+                print(f"{mode:3s} round {round_ + 1} {variant}: {rates[variant][-1]:.1f} tok/s", flush=True)
+        median = {variant: statistics.median(rates[variant]) for variant in VARIANTS}
+        print(f"{mode:3s} median " + ", ".join(f"{v} {median[v]:.1f} tok/s" for v in VARIANTS)
+              + f"; queued/before {median['queued'] / median['before']:.3f}, after/before {median['after'] / median['before']:.3f}"
+              + "; each: " + "; ".join(f"{v} " + " ".join(f"{r:.1f}" for r in rates[v]) for v in VARIANTS),
               flush=True)
 
 
