@@ -117,7 +117,8 @@ def main() -> None:
     results = {name: {"wall_s": summaries[name]["metrics"].get("wall_s"), **run_figures(summaries[name], homes[name])}
                for name in named}
     full_ckpt = summaries["full"]["outputs"]["checkpoint"]
-    evaluations = {name: evaluate(summaries[name]["outputs"]["checkpoint"], full_ckpt, name, homes[name])
+    # all in the full run's home: the baseline's samples are drawn once and reused from its shard cache
+    evaluations = {name: evaluate(summaries[name]["outputs"]["checkpoint"], full_ckpt, name, homes["full"])
                    for name in named if name != "full"}
     print(f"\nRL runs: {rl_wall / 60:.1f} min ({'in parallel' if args.parallel else 'one after another'}); "
           f"{args.iterations} iterations of the rl demo preset each")
