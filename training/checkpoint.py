@@ -12,7 +12,7 @@ The learning-rate schedule is a pure function of the step (training/sft/schedule
 is the scheduler state. The directory is written under a temporary name and renamed when complete,
 so a crash never leaves a half-written checkpoint under the final name; committing it to the
 artifact store (manifest last) is the tasks layer's job. Torchrun ranks write the same directory with
-the weights and AdamW state sharded instead of optimizer.pt (training/checkpoint_shards.py).
+the weights and AdamW state sharded instead of optimizer.pt (training/sft/checkpoint_shards.py).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def save_checkpoint(
     """Write checkpoint `out_dir/name` (replacing one of that name) and return its path.
 
     model_state / optimizer_state replace the model's and optimizer's own state. One process
-    writes this layout; torchrun ranks write theirs with training/checkpoint_shards.py.
+    writes this layout; torchrun ranks write theirs with training/sft/checkpoint_shards.py.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / name
@@ -141,7 +141,7 @@ def read_trainer_state(path: Path) -> dict[str, Any]:
 
 def load_checkpoint(path: Path) -> LoadedCheckpoint:
     """Read a checkpoint directory written by `save_checkpoint` in one process (one written by
-    torchrun ranks holds no optimizer.pt: training/checkpoint_shards.py restores either)."""
+    torchrun ranks holds no optimizer.pt: training/sft/checkpoint_shards.py restores either)."""
     return LoadedCheckpoint(
         path=path,
         model_state=read_weights(path),

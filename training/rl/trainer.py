@@ -95,7 +95,7 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
 
     The reference model is always `model_dir`, the start of the run.
     """
-    from passband.training.checkpoint_shards import restore_training_state
+    from passband.training.sft.checkpoint_shards import restore_training_state
     from passband.training.lora.adapters import attach_adapters, load_adapter_state, read_adapter
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
@@ -121,8 +121,8 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
 
 def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
     """The policy at `weights_dir`, dropout off, with the config's attention and activation checkpointing;
-    with `on_meta` its weights are not read: parameters on the meta device (training/meta_init.py)."""
-    from passband.training.meta_init import empty_causal_lm
+    with `on_meta` its weights are not read: parameters on the meta device (training/sft/meta_init.py)."""
+    from passband.training.sft.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
     # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
@@ -144,7 +144,7 @@ def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) ->
 
 def load_reference(model_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
     """The frozen reference policy: the run's start model (`on_meta`: as `load_policy`)."""
-    from passband.training.meta_init import empty_causal_lm
+    from passband.training.sft.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
     ref_model = (empty_causal_lm if on_meta else load_causal_lm)(model_dir).eval().requires_grad_(False)

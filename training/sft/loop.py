@@ -28,8 +28,8 @@ import torch
 
 from passband.training.checkpoint import (ADAPTER_FOLDER, load_model_weights, read_trainer_state, read_weights,
                                           save_checkpoint)
-from passband.training.checkpoint_shards import restore_training_state, save_sharded_checkpoint
-from passband.training.meta_init import fill_weights, on_meta
+from passband.training.sft.checkpoint_shards import restore_training_state, save_sharded_checkpoint
+from passband.training.sft.meta_init import fill_weights, on_meta
 from passband.training.lora.adapters import adapter_checkpoint, attach_adapters, load_adapter_state, read_adapter
 from passband.training.sft.config import StageConfig
 from passband.training.sft.distributed import rank, rank_micro_batches, shard_for_training, world_size
@@ -148,7 +148,7 @@ def train_stage(
 
     Under torchrun (WORLD_SIZE > 1) every rank calls this with the same arguments; the model is
     sharded in place with FSDP2, every rank writes its shards of each checkpoint, rank 0 the rest
-    and calls the callbacks. A model built on `meta` (training/meta_init.py, the ranks' launch) is
+    and calls the callbacks. A model built on `meta` (training/sft/meta_init.py, the ranks' launch) is
     filled after sharding from `resume_from`, else from `start_weights` (rank 0 reads it).
     """
     cfg = stage_cfg

@@ -15,7 +15,7 @@ crash never leaves a half-written checkpoint under the final name. Under more th
 ranks must share the checkpoint directory's storage.
 
 Resuming is independent of how many ranks wrote the checkpoint and of its layout: the weights
-(training/meta_init.py `fill_weights` under ranks; the HF export in one process) and then the
+(training/sft/meta_init.py `fill_weights` under ranks; the HF export in one process) and then the
 AdamW and RNG states (`restore_training_state`). DCP reshards on load (N ranks -> M, one process
 included); a one-process checkpoint (optimizer.pt) is read by rank 0 and broadcast, every rank
 keeping its shards.
