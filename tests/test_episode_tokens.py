@@ -133,8 +133,8 @@ def test_budgets_end_episodes(tokenizers):
     policy = ScriptedPolicy({"a": sampled, "b": sampled, "c": sampled})
     environment = ENVIRONMENT
     episodes = [environment.open(ROW) for _ in range(3)]
-    budgets = {"a": EpisodeBudget(max_turns=1), "b": EpisodeBudget(max_tokens=len(sampled[0]) - 1),
-               "c": EpisodeBudget(max_tokens=len(sampled[0]) + 5)}
+    budgets = {"a": EpisodeBudget(max_turns=1), "b": EpisodeBudget(episode_tokens=len(sampled[0]) - 1),
+               "c": EpisodeBudget(episode_tokens=len(sampled[0]) + 5)}
     results = {key: run_episodes(policy, tokenizer, [episode], [key], SamplingConfig(max_tokens=200), budgets[key])[0]
                for key, episode in zip("abc", episodes)}
     # one turn: the tool call is graded as the final answer ("6*7" read as the last number, 7)

@@ -26,7 +26,7 @@ class EpisodeBudget(BaseModel):
 
     max_turns: int = Field(4, ge=1)
     """Model turns per episode; the last one is graded as final (`Episode.step(final=True)`)."""
-    max_tokens: int = Field(1024, ge=1)
+    episode_tokens: int = Field(1024, ge=1)
     """Tokens after the opening prompt, sampled and environment ones together; each turn may sample
     at most what is left (and at most the sampling config's max_tokens). An observation that would
     leave nothing ends the episode as truncated."""

@@ -92,5 +92,5 @@ class MathToolConfig(BaseModel):
 
     environment: MathPythonSettings = MathPythonSettings()
     """The tool's limits, the tool-call cap and the system message."""
-    budget: EpisodeBudget = EpisodeBudget(max_turns=3, max_tokens=512)
+    budget: EpisodeBudget = EpisodeBudget(max_turns=3, episode_tokens=512)
     """Turns, tokens (sampled and environment ones) and seconds per environment step of an episode."""

@@ -85,7 +85,7 @@ def after_step(tokenizer: Any, result: EpisodeResult, text: str, final: bool, st
         return replace(result, messages=messages, reward=step.reward, status=step.status, detail=step.detail,
                        num_tool_calls=num_tool_calls)
     env_ids = encode_text(tokenizer, environment_text(tokenizer, result.messages, text, step.observation, result.tools))
-    if len(result.tokens.token_ids) + len(env_ids) >= budget.max_tokens:
+    if len(result.tokens.token_ids) + len(env_ids) >= budget.episode_tokens:
         return replace(result, messages=messages, reward=None, status="unparsable", truncated=True,
                        detail="the observation left no token budget", num_tool_calls=num_tool_calls)
     return replace(result, tokens=with_environment(result.tokens, env_ids), messages=messages + step.observation,
@@ -102,7 +102,7 @@ def run_episodes(engine: RolloutEngine, tokenizer: Any, episodes: list[Episode],
     results = [open_result(tokenizer, episode) for episode in episodes]
     active = list(range(len(episodes)))
     while active:
-        left = {i: budget.max_tokens - len(results[i].tokens.token_ids) for i in active}
+        left = {i: budget.episode_tokens - len(results[i].tokens.token_ids) for i in active}
         wave = sampling.model_copy(update={"n": 1, "max_tokens": min(sampling.max_tokens, max(left.values()))})
         samples = engine.generate([results[i].tokens.context for i in active], wave,
                                   prompt_keys=[f"{keys[i]}/turn{results[i].num_turns}" for i in active])
