@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from passband.training.lora.adapters import ADAPTER_CONFIG
+
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The values vLLM's `max_lora_rank` accepts (vllm/config/lora.py: MaxLoRARanks)."""
 
@@ -27,7 +29,7 @@ def lora_serving(max_rank: int | None) -> dict[str, Any]:
 
 def is_adapter_dir(path: Path) -> bool:
     """Whether `path` holds a peft adapter (training/lora/adapters.py: write_adapter) rather than full weights."""
-    return (Path(path) / "adapter_config.json").is_file()
+    return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
 def next_adapter_request(previous: Any, adapter_dir: Path) -> Any:

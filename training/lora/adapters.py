@@ -133,14 +133,14 @@ def load_adapter_state(model: torch.nn.Module, state: dict[str, Tensor]) -> None
         raise ValueError(f"adapter checkpoint: unexpected {sorted(result.unexpected_keys)[:3]}")
 
 
-def write_adapter(model: torch.nn.Module, out_dir: Path, base_model: str, dtype: torch.dtype = torch.float32) -> dict[str, int]:
-    """peft's adapter layout in `out_dir` (adapter_model.safetensors in `dtype`, adapter_config.json naming
+def write_adapter(model: torch.nn.Module, out_dir: Path, base_model: str) -> dict[str, int]:
+    """peft's adapter layout in `out_dir` (adapter_model.safetensors in fp32, adapter_config.json naming
     `base_model` and the resolved target modules): loadable by `PeftModel.from_pretrained` and by vLLM's
     LoRARequest. {file name: bytes}."""
     from safetensors.torch import save_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = {name: tensor.to(dtype).cpu().contiguous() for name, tensor in adapter_state(model).items()}
+    tensors = {name: tensor.float().cpu().contiguous() for name, tensor in adapter_state(model).items()}
     save_file(tensors, str(out_dir / ADAPTER_WEIGHTS), metadata={"format": "pt"})
     config = model.peft_config[ADAPTER_NAME].to_dict()
     config["target_modules"] = sorted(config["target_modules"])  # peft resolved 'all-linear' to names; a set is not JSON

@@ -42,10 +42,6 @@ class LoraConfig(BaseModel):
                                  "not the LM head or embedding (the published weights keep those as the base's)")
         return value
 
-    @property
-    def scaling(self) -> float:
-        return self.alpha / self.rank
-
 
 class RLLoraConfig(LoraConfig):
     """RL's adapters: LoRA's settings and how each weight version reaches the rollout engine."""
