@@ -206,6 +206,8 @@ class RLConfig(Config):
             self._check_best_metric(self.eval)
         if self.engine.weight_transfer == "nccl":
             self._check_broadcast()
+        if self.engine.weight_transfer == "memory":
+            self._check_memory_transfer()
         if self.publishes_adapter and self.engine.kind != "vllm":
             raise ValueError(f"algo.lora.engine_weights: adapter is served by vLLM's LoRA support; engine.kind is "
                              f"{self.engine.kind!r}: set engine.kind: vllm or algo.lora.engine_weights: merged")
@@ -230,6 +232,21 @@ class RLConfig(Config):
         missing = [need for need, met in needs.items() if not met]
         if missing:
             raise ValueError(f"engine.weight_transfer: nccl needs {'; '.join(missing)}")
+
+    def _check_memory_transfer(self) -> None:
+        """Weights in memory go from the flow's own trainer to the engine in the same process, newest only."""
+        needs = {"engine.kind: vllm": self.engine.kind == "vllm",
+                 "engine.in_process: true (the engine shares the trainer's process)": self.engine.in_process,
+                 "one trainer process (distributed.nproc_per_node: 1)": not self.distributed.launches_ranks,
+                 "rollout.workers: local (workers elsewhere read versions from the store)":
+                     self.rollout.workers == "local",
+                 "rollout.max_off_policy_steps: 0 (the rollouts ahead sample older versions, kept on disk)":
+                     self.rollout.max_off_policy_steps == 0,
+                 "algo.lora.engine_weights: merged (an adapter version is a folder vLLM's LoRA loads)":
+                     not self.publishes_adapter}
+        missing = [need for need, met in needs.items() if not met]
+        if missing:
+            raise ValueError(f"engine.weight_transfer: memory needs {'; '.join(missing)}")
 
     def _check_best_metric(self, evaluation: EvalConfig) -> None:
         name, _, stat = self.best_metric.partition("/")

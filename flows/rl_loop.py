@@ -43,14 +43,15 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     `rollout_log`, the iteration's rollouts are kept (RolloutLog)."""
     import torch
 
-    from passband.tasks.host.memory import PhasePeaks, resident_gb
+    from passband.tasks.host.memory import PhasePeaks, cuda_peaks, resident_gb
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.rollout_metrics import zero_variance_fractions
     from passband.training.rl.timeline import Span
     from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
-    peaks = PhasePeaks()  # this process's peak RSS per phase (with an in-process engine, both)
+    # this process's peak RSS per phase (with an in-process engine, both), and its GPU's where it has one
+    peaks = PhasePeaks(cuda_peaks())
     with peaks.phase("rollout"):
         rollouts = _take_rollouts(config, trainer, engine, problems, iteration, judges, ahead)
     wait_s = time.perf_counter() - start  # ahead: only what the rollout thread had not finished during the update
@@ -80,7 +81,7 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     metrics |= _version_metrics(iteration, rollouts, metrics["vllm_kl"], wait_s, ahead is not None)
     if published is not None:  # what one weight version weighs: full weights, merged LoRA, or the adapter alone
         metrics["weights/version_mb"] = sum(f.stat().st_size for f in published.iterdir()) / 2**20
-    metrics |= {f"memory/{phase}_peak_gb": gb for phase, gb in peaks.peaks_gb.items()}
+    metrics |= peaks.metrics()
     metrics |= {f"memory/resident_{kind}_gb": gb for kind, gb in resident_gb().items()}  # what stays held
     metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,
                 "seconds/weight_sync": sync_s, "seconds/rollout_wait": wait_s, "seconds/iteration": time.perf_counter() - start}
@@ -104,6 +105,8 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
     start = time.time()
     ranks = isinstance(trainer, RanksTrainer)
     published = None
+    if ahead is None:
+        engine.wake()  # asleep since the rollouts (sleep mode): the weights come back to take the update
     if ahead is not None:
         if not ranks:
             published = publish_update(trainer.model, config, ahead.engine.root, iteration)
@@ -119,7 +122,8 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
 def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
                    iteration: int, judges: dict[str, Any] | None, ahead: RolloutsAhead | None) -> Rollouts:
     """The iteration's rollouts: from the thread ahead, or sampled now by the engine, which then
-    drops its packed weights until the sync rebuilds them (they would only sit beside the trainer)."""
+    drops its packed weights until the sync rebuilds them (they would only sit beside the trainer)
+    and, with sleep mode on (CUDA), sleeps until the sync: the update has the GPU to itself."""
     from passband.flows.rl_rollouts import collect_rollouts
 
     if ahead is not None:
@@ -128,6 +132,7 @@ def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, proble
     rollouts = collect_rollouts(config, trainer.tokenizer, engine, problems, trainer.state.consumed, iteration,
                                 iteration_seed(config, iteration), iteration - 1, judges)
     engine.release_weights()
+    engine.sleep()
     return rollouts
 
 

@@ -5,7 +5,9 @@ in one process; the engine's packed weights released, as after a rollout; then o
 - before: `save_pretrained` (fp32 safetensors) + the engine's in-place reload (the sync until
   this change);
 - after: `tasks/steps/rl.py: push_weights` (training/weights: the tensors cast to the engine's
-  dtype one at a time into 64 MB shards, manifest last, then the same reload).
+  dtype one at a time into 64 MB shards, manifest last, then the same reload);
+- memory: push_weights with `engine.weight_transfer: memory` (the same cast tensors handed to the
+  in-process engine's reload, nothing written).
 They alternate for --rounds rounds. Per sync: the RSS when it starts, its peak (the kernel's
 high-water mark, reset when it starts: tasks/host/memory.py), the bytes on disk and the seconds.
 After each sync the engine samples the same prompts with the same seed: both ways must give the
@@ -56,11 +58,15 @@ def main() -> None:
         push_weights(model, engine, config, scratch, version)
         return scratch / "weights" / f"v{version}"
 
+    def memory(scratch: Path, version: int) -> Path:
+        push_weights(model, engine, config.model_copy(update={"weight_transfer": "memory"}), scratch, version)
+        return scratch / "nothing-written"
+
     peaks, rows, samples = PhasePeaks(), [], {}
     with tempfile.TemporaryDirectory(dir=args.model.parent) as tmp:
         scratch = Path(tmp)
         for round_ in range(1, args.rounds + 1):
-            for name, sync in (("before", before), ("after", after)):
+            for name, sync in (("before", before), ("after", after), ("memory", memory)):
                 engine.release_weights()
                 start_gb = sum(resident_gb().values())
                 start = time.perf_counter()
@@ -82,7 +88,7 @@ def main() -> None:
     for name, round_, start_gb, peak_gb, disk_gb, seconds in rows:
         print(f"| {name} | {round_} | {start_gb:.2f} | {peak_gb:.2f} | {peak_gb - start_gb:+.2f} | {disk_gb:.3f} | "
               f"{seconds:.1f} |")
-    same = all(samples["before", r] == samples["after", r] for r in range(1, args.rounds + 1))
+    same = all(samples["before", r] == samples["after", r] == samples["memory", r] for r in range(1, args.rounds + 1))
     print(f"samples after each sync identical (tokens and log-probs, bit for bit): {same}")
 
 

@@ -204,6 +204,24 @@ def agreement_check(device, precision: str) -> dict[str, float]:
             "update_rel_diff": float((deltas[0] - deltas[1]).norm() / deltas[0].norm())}
 
 
+def modelled_peaks(args: argparse.Namespace, precision: str) -> dict[str, float]:
+    """What the memory model (training/memory_model.py) says the two checks peak at; main prints each
+    beside the measured peak (on CUDA torch's peak allocated; on the CPU the process's peak RSS, which
+    holds more than the trainer) and their ratio: the check a GPU run makes of the model."""
+    from transformers import LlamaConfig
+
+    from passband.training.memory_model import ModelShape, trainer_memory
+    from passband.training.rl.config import RLAlgoConfig
+
+    shape = ModelShape.from_hf_config(LlamaConfig(**SHAPES[args.shape], tie_word_embeddings=True).to_dict())
+    rl = RLAlgoConfig()  # rl_check's micro-batch 8, its attention and activation checkpointing
+    sequence = args.prompt_len + args.response_len
+    sft_mb = trainer_memory(shape, precision, 2 * args.seq_len, 1024).peak / 2**20
+    rl_mb = trainer_memory(shape, precision, 8 * sequence, rl.logprob_chunk_size, checkpointing=rl.activation_checkpointing,
+                           eager_sequence_tokens=sequence if rl.attention == "eager" else None).peak / 2**20
+    return {"sft_model_peak_mb": sft_mb, "rl_model_peak_mb": rl_mb}
+
+
 def num_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -246,6 +264,9 @@ def main() -> None:
     figures.update(agreement_check(device, precision))
     for phase in ("sft", "rl"):
         figures[f"{phase}_mfu"] = figures[f"{phase}_tflops"] / figures["matmul_peak_tflops"]
+    figures.update(modelled_peaks(args, precision))
+    for phase in ("sft", "rl"):
+        figures[f"{phase}_peak_over_model"] = figures[f"{phase}_peak_memory_mb"] / figures[f"{phase}_model_peak_mb"]
     figures["imports_flows_or_tasks"] = any(name.startswith(("passband.flows", "passband.tasks")) for name in sys.modules)
     for name, value in figures.items():
         print(f"{name}: {value:.4g}" if isinstance(value, float) else f"{name}: {value}")

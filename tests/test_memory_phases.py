@@ -62,3 +62,45 @@ def test_a_nested_phase_keeps_its_peak_out_of_the_enclosing_one():
     # The enclosing phase saw its own span before and after the spike, not the spike.
     assert peaks.peaks_gb["other"] < max(level, after_spike) + 0.05
     assert peaks.peaks_gb["other"] < peaks.peaks_gb["spike"] - 0.9 * BLOCK_GB
+
+
+class FakeDeviceMarks:
+    """Stands in for torch.cuda's peak counters (no GPU here): `peak` is what the next read returns."""
+
+    def __init__(self) -> None:
+        self.peak, self.resets = 0.0, 0
+
+    def read(self) -> dict[str, float]:
+        return {"cuda_allocated": self.peak, "cuda_reserved": 2 * self.peak}
+
+    def reset(self) -> None:
+        self.peak, self.resets = 0.0, self.resets + 1
+
+
+def test_device_peaks_are_credited_per_phase_and_reset_at_each_boundary():
+    """The GPU's marks follow the RSS bookkeeping: each phase gets the peak seen in its own span,
+    reset at every boundary, nested phases excluded, and come out as memory/<phase>_cuda_*_peak_gb."""
+    device = FakeDeviceMarks()
+    peaks = PhasePeaks(device)
+    with peaks.phase("rollout"):
+        device.peak = 3.0
+    with peaks.phase("training"):
+        device.peak = 7.0
+        with peaks.phase("weight_sync"):
+            device.peak = 1.0
+    with peaks.phase("rollout"):
+        device.peak = 2.0  # lower than the first rollout's: the larger is kept
+    assert peaks.device_peaks_gb == {"rollout": {"cuda_allocated": 3.0, "cuda_reserved": 6.0},
+                                     "training": {"cuda_allocated": 7.0, "cuda_reserved": 14.0},
+                                     "weight_sync": {"cuda_allocated": 1.0, "cuda_reserved": 2.0}}
+    assert device.resets == 8  # entering and leaving each of the four phases
+    metrics = peaks.metrics()
+    assert metrics["memory/training_cuda_allocated_peak_gb"] == 7.0
+    assert metrics["memory/weight_sync_cuda_reserved_peak_gb"] == 2.0
+    assert set(peaks.peaks_gb) == {"rollout", "training", "weight_sync"}  # RSS beside them, as before
+
+
+def test_no_gpu_no_device_marks():
+    from passband.tasks.host.memory import cuda_peaks
+
+    assert cuda_peaks() is None  # CI has no GPU; the RL loop then logs RSS alone

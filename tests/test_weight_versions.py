@@ -186,9 +186,10 @@ def test_hf_engine_weights_are_the_same_bits_either_way(smollm2_dir: Path, tmp_p
 # every module attribute, and werkzeug's context proxies (moto's server tests import them) raise there.
 @pytest.mark.slow
 def test_vllm_engine_samples_the_same_bits_either_way(smollm2_dir: Path, tmp_path: Path) -> None:
-    """A bf16 vLLM engine with an fp32 head (both paths of the cast: the body cast before the
-    engine, the head read in fp32) samples the same tokens with the same log-probs after a sync
-    from the fp32 files as after one from the published version. (~2 min on 2 cores.)"""
+    """A vLLM engine with an fp32 head samples the same tokens with the same log-probs after a sync
+    from the fp32 files (the cast inside the engine), from the published version (the body cast
+    before the engine, the head read in fp32) and from the same tensors handed over in memory
+    (engine.weight_transfer: memory, no file). (~2 min on 2 cores.)"""
     from passband.tasks.steps.rl import push_weights
     from passband.training.chat import render_prompt
     from passband.training.engines import EngineConfig, SamplingConfig
@@ -212,6 +213,13 @@ def test_vllm_engine_samples_the_same_bits_either_way(smollm2_dir: Path, tmp_pat
 
         trainer_head = model.get_output_embeddings().weight.detach()
         shipped = sampled()
+        # weight_transfer memory: the same tensors handed over without a file (then back to the shipped
+        # weights, so each path below has something to change)
+        assert push_weights(model, engine, config.model_copy(update={"weight_transfer": "memory"}), tmp_path, 1) is None
+        in_memory, head_in_memory = sampled(), engine_head()
+        engine.release_weights()
+        engine.load_weights(smollm2_dir)
+        assert sampled() == shipped
         model.save_pretrained(tmp_path / "fp32")
         engine.release_weights()
         engine.load_weights(tmp_path / "fp32")
@@ -222,7 +230,7 @@ def test_vllm_engine_samples_the_same_bits_either_way(smollm2_dir: Path, tmp_pat
     finally:
         engine.close()
     assert cast_inside != shipped  # the sync changed the weights the engine samples from
-    assert cast_before == cast_inside
-    # the head is the trainer's fp32 one, bit for bit, either way
-    assert head_inside.dtype == head_before.dtype == torch.float32
-    assert torch.equal(head_inside, trainer_head) and torch.equal(head_before, trainer_head)
+    assert cast_before == cast_inside == in_memory
+    # the head is the trainer's fp32 one, bit for bit, any way
+    assert head_inside.dtype == head_before.dtype == head_in_memory.dtype == torch.float32
+    assert all(torch.equal(head, trainer_head) for head in (head_inside, head_before, head_in_memory))

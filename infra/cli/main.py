@@ -94,15 +94,18 @@ def resolve(flow_name: str, preset: str | None, config_files: tuple[Path, ...], 
 
 
 def checked_sources(config):
-    """`config` once the preflight found its data sources readable (tasks/steps/preflight.py): each
-    problem on a line of its own and exit 2; notes (rows that will be quarantined) on stderr."""
+    """`config` once the preflight found its data sources readable (tasks/steps/preflight.py) and
+    its trainers fitting their devices (flows/memory_check.py): each problem on a line of its
+    own and exit 2; notes (rows that will be quarantined) on stderr."""
+    from passband.flows.memory_check import memory_problems
     from passband.tasks.steps.preflight import preflight
 
     found = preflight(config)
     for note in found.notes:
         click.echo(f"note: {note}", err=True)
-    if found.problems:
-        raise UserError("preflight: " + "\npreflight: ".join(found.problems))
+    problems = found.problems + memory_problems(config)
+    if problems:
+        raise UserError("preflight: " + "\npreflight: ".join(problems))
     return config
 
 
@@ -299,11 +302,37 @@ def _up_postgres_stack(with_workers: bool) -> None:
 
 
 @main.command()
-def doctor() -> None:
-    """Print versions, engine availability and the resolved stack settings."""
+@click.argument("flow_name", metavar="[FLOW]", required=False)
+@click.option("--preset", "-p", default=None, help="With FLOW: its preset, as `passband run` takes it.")
+@click.option("--config", "config_files", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
+              help="With FLOW: YAML files, as `passband run` takes them.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="With FLOW: overrides, as `passband run`.")
+@click.option("--gpu-gib", type=click.FloatRange(min=1), default=None,
+              help="With FLOW: estimate for a GPU of this many GiB (device and precision auto as on CUDA) "
+                   "instead of this machine's device.")
+def doctor(flow_name: str | None, preset: str | None, config_files: tuple[Path, ...], overrides: tuple[str, ...],
+           gpu_gib: float | None) -> None:
+    """Print versions, engine availability and the resolved stack settings.
+
+    With FLOW (and its --preset/--config/--set): also the memory each of its trainers needs on its
+    device (training/memory_model.py), the estimate `passband run` refuses a config by.
+    """
     from passband.stack.local import doctor_report
 
     click.echo(doctor_report())
+    if flow_name is None:
+        return
+    from passband.flows.config import ConfigError, resolve_config
+    from passband.flows.memory_check import Estimate, Target, estimates
+
+    try:
+        config = resolve_config(load_flow(flow_name)[1], flow_name, preset, config_files, list(overrides))
+    except ConfigError as err:
+        raise UserError(str(err)) from err
+    target = Target("cuda", int(gpu_gib * 2**30)) if gpu_gib else None
+    click.echo(f"memory ({'a ' + format(gpu_gib, 'g') + ' GiB GPU' if target else 'this machine'}):")
+    for estimate in estimates(config, ask_hub=True, target=target):
+        click.echo("\n".join(estimate.report()) if isinstance(estimate, Estimate) else estimate)
 
 
 @main.command()

@@ -125,11 +125,22 @@ def score_rollouts(
 
 
 def push_weights(model: Any, engine: RolloutEngine, engine_config: EngineConfig, scratch: Path, version: int,
-                 adapter_only: bool = False) -> Path:
+                 adapter_only: bool = False) -> Path | None:
     """Hand the trainer's current weights to the engine: published as `version` under
     `scratch/weights` in the engine's dtype (training/weights/versions.py, the path rollout workers
     in other processes load from; one version kept here), then reloaded in place. `adapter_only`:
-    LoRA's adapters alone, which the engine applies to its base. The version's folder."""
+    LoRA's adapters alone, which the engine applies to its base. The version's folder; None with
+    `weight_transfer: memory`, where the same tensors go to the engine without a file."""
+    if engine_config.weight_transfer == "memory":
+        import torch
+
+        from passband.training.lora.adapters import merged_state
+        from passband.training.weights.engine_dtype import engine_tensors, head_name
+
+        dtype = getattr(torch, engine_config.resolved_dtype())
+        engine.load_state(engine_tensors(merged_state(model), head_name(model), dtype, engine_config.lm_head_fp32,
+                                         to_host=False))
+        return None
     root = scratch / "weights"
     published = publish_version(model, root, version, engine_config.resolved_dtype(), engine_config.lm_head_fp32,
                                 keep=1, adapter_only=adapter_only)

@@ -70,14 +70,18 @@ class EngineConfig(BaseModel):
     process vLLM's 'auto' binding leaves one to the frontend). The RL flow's default. vLLM's start-up
     would take over the host process's global RNGs, torch.set_num_threads, the garbage collector and
     vLLM's environment cache; the engine restores all four (vllm_engine.py: `_host_state_kept`)."""
-    weight_transfer: Literal["disk", "nccl"] = "disk"
+    weight_transfer: Literal["disk", "memory", "nccl"] = "disk"
     """How the RL trainer's updates reach this engine. `disk`: each update is published as a weight
     version in this dtype and the engine reloads it (training/weights/versions.py; any device, and
     the path rollout workers and k >= 1 read). `nccl` (CUDA only): the torchrun ranks' rank 0
     broadcasts the same tensors straight into the engine's GPU through vLLM's weight-transfer API
     (training/engines/vllm_broadcast.py), nothing written; needs `distributed` ranks on GPUs other than
     the engine's, `rollout.workers: local`, `max_off_policy_steps: 0` and no `lm_head_fp32`. Not
-    yet run on a GPU by us: scripts/gpu_check.py measures it where one is lent."""
+    yet run on a GPU by us: scripts/gpu_check.py measures it where one is lent. `memory`: the
+    in-process trainer hands the engine in its own process (`in_process`) the update's tensors, cast
+    to this dtype where they live (on the GPU they share, on the CPU), through vLLM's in-place reload:
+    nothing is written or read back (needs `rollout.workers: local` and `max_off_policy_steps: 0`; the
+    engine gets the same values as from disk, tests/test_engine_memory_transfer.py)."""
     max_lora_rank: int | None = None
     """vLLM: serve LoRA adapters up to this rank (enable_lora, one adapter at a time): set by the rl flow
     from `algo.lora.rank` when `algo.lora.engine_weights` is 'adapter', which then loads each weight
@@ -89,6 +93,20 @@ class EngineConfig(BaseModel):
     backend builds from every linear layer, 0.27 GB for SmolLM2-135M in bf16) from the end of a
     rollout to the next weight sync, which rebuilds all of them from the new weights anyway; the
     trainer's peak then does not carry them. No effect on GPU (no such handles there)."""
+
+    sleep_while_training: bool | None = None
+    """vLLM on CUDA: start the engine with sleep mode and put it to sleep while the trainer updates
+    (level 1: weights offloaded to host memory, KV cache freed), waking it for the weight sync and the
+    rollouts, so trainer and engine take turns on one GPU (training/memory_model.py: colocated_fit).
+    None: on where that is so, the engine in the trainer's process (`in_process`) on CUDA; true
+    elsewhere is refused (vLLM's sleep mode needs CUDA's allocator)."""
+
+    def sleeps_while_training(self, cuda: bool) -> bool:
+        """`sleep_while_training` decided for a machine with (`cuda`) or without a GPU."""
+        if self.sleep_while_training and not cuda:
+            raise ValueError("engine.sleep_while_training: true needs CUDA (vLLM's sleep mode frees GPU memory "
+                             "through CUDA's allocator); this machine has none: leave it null")
+        return self.sleep_while_training if self.sleep_while_training is not None else (cuda and self.in_process)
 
     def resolved_dtype(self) -> EngineDtype:
         """`dtype` with `auto` decided on this machine: what the engine runs in and what RL publishes

@@ -15,6 +15,7 @@ a prompt's samples then no longer depend on the rest of the call.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -134,6 +135,10 @@ class HFEngine:
         state = {}
         for path in sorted(Path(checkpoint_dir).glob("*.safetensors")):
             state.update(load_file(str(path)))
+        self.load_state(state.items())
+
+    def load_state(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        state = dict(tensors)
         # back to fp32 first so that the new values are stored exactly before the cast
         self.model.float()
         self.model.load_state_dict(state, strict=False)

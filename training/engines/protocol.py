@@ -10,11 +10,15 @@ Sampling is seeded per call (`SamplingConfig.seed`), not per engine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from passband.training.engines.config import SamplingConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -56,6 +60,11 @@ class RolloutEngine(Protocol):
 
     def load_weights(self, checkpoint_dir: Path) -> None:
         """Replace the engine's weights with those saved in a safetensors checkpoint dir."""
+        ...
+
+    def load_state(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the engine's weights with `tensors` ((checkpoint name, tensor), already in the
+        engine's dtype) handed over in memory: what `load_weights` reads from a folder, without it."""
         ...
 
     def release_weights(self) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +101,12 @@ class VLLMEngine:
         os.environ["VLLM_CPU_ATTN_SPLIT_KV"] = str(int(config.split_kv_attention))
         from vllm import LLM
 
+        import torch
+
         self.config = config
+        self.sleeps = config.sleeps_while_training(torch.cuda.is_available())
+        """Sleep mode is on: `sleep` frees the engine's GPU memory while the trainer updates."""
+        self.asleep = False
         with _host_state_kept(config.in_process):
             self.llm = LLM(
                 model=str(model_dir),
@@ -118,6 +123,7 @@ class VLLMEngine:
                 hf_overrides={"head_dtype": "float32"} if config.lm_head_fp32 else None,
                 worker_extension_cls="passband.training.engines.vllm_weight_sync.WeightSyncExtension",
                 weight_transfer_config={"backend": "nccl"} if config.weight_transfer == "nccl" else None,
+                enable_sleep_mode=self.sleeps,
                 **lora_serving(config.max_lora_rank),
             )
         self.adapter: Any = None
@@ -212,6 +218,15 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         self._trim_heap()
 
+    def load_state(self, tensors: Iterable[tuple[str, Any]]) -> None:
+        """The update's tensors (the engine's dtype, on the trainer's device: the GPU this engine shares,
+        or the CPU) through the same in-place reload as `load_weights`, no file between: with the engine
+        in this process (`in_process`) vLLM's worker receives the very tensors (vllm_weight_sync.py)."""
+        self.adapter = None
+        self.llm.collective_rpc("load_tensors_and_repack", args=(list(tensors), self.config.lm_head_fp32))
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+        self._trim_heap()
+
     def connect_trainer(self, endpoint: BroadcastEndpoint, open_sender_side: Callable[[], Any]) -> Any:
         """With weight_transfer 'nccl': join the trainer ranks' sender at `endpoint` while
         `open_sender_side()` has them open it (training/engines/vllm_broadcast.py); what it returns."""
@@ -245,10 +260,18 @@ class VLLMEngine:
             trim_heap()
 
     def sleep(self) -> None:
-        """Nothing yet (see the report on idle CPU use)."""
+        """With sleep mode (EngineConfig.sleep_while_training, CUDA): vLLM's level 1, the weights
+        offloaded to host memory and the KV cache freed, so the trainer has the GPU to itself.
+        Without it nothing: on the CPU `release_weights` already drops what the reload rebuilds."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
 
     def wake(self) -> None:
-        """Nothing yet."""
+        """Undo `sleep` (weights back on the GPU, the KV cache allocated) before the weight sync."""
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     def close(self) -> None:
         import gc

@@ -39,6 +39,23 @@ class WeightSyncExtension:
         values, and the fp32 LM head if one is in use. Returns how many handles were rebuilt
         (0 on GPU, where none exist)."""
         self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
+        repacked = self._repack_kept_weights()
+        if fp32_lm_head:  # the reload skips the untied head: it is not in the checkpoint's tie
+            self.load_fp32_lm_head(weights_path)
+        return repacked
+
+    def load_tensors_and_repack(self, tensors: list[tuple[str, torch.Tensor]], fp32_lm_head: bool = False) -> int:
+        """`reload_weights_and_repack` from tensors handed over in memory (checkpoint names, the
+        engine's dtype, an fp32 head with `fp32_lm_head`) instead of a folder of safetensors."""
+        self.reload_weights(weights_iterator=iter(tensors), is_checkpoint_format=True)
+        repacked = self._repack_kept_weights()
+        if fp32_lm_head:
+            by_name = dict(tensors)
+            key = next(key for key in HEAD_KEYS if key in by_name)
+            self._set_fp32_head(by_name[key])
+        return repacked
+
+    def _repack_kept_weights(self) -> int:
         repacked = 0
         for module in self.model_runner.get_model().modules():
             # layers packed with remove_weight=True hold an empty weight and were re-processed
@@ -46,8 +63,6 @@ class WeightSyncExtension:
             if hasattr(module, "cpu_linear") and module.weight.numel() > 0:
                 module.quant_method.process_weights_after_loading(module)
                 repacked += 1
-        if fp32_lm_head:  # the reload skips the untied head: it is not in the checkpoint's tie
-            self.load_fp32_lm_head(weights_path)
         return repacked
 
     def release_packed_weights(self) -> int:
@@ -71,24 +86,26 @@ class WeightSyncExtension:
         (the engine runs it with head_dtype=float32). Returns the key it was read from."""
         from safetensors import safe_open
 
-        head = self.model_runner.get_model().lm_head
         for path in sorted(Path(weights_path).glob("*.safetensors")):
             with safe_open(str(path), "pt") as f:
                 for key in HEAD_KEYS:
                     if key in f.keys():
-                        weight = f.get_tensor(key).float()
-                        if head.weight.dtype == torch.float32:
-                            # already fp32 (our own copy, after the first load; or an fp32 engine's
-                            # own head, which the reload has just given these values): in place,
-                            # sparing a second vocabulary-sized fp32 tensor
-                            head.weight.data[: weight.shape[0]].copy_(weight)
-                            return key
-                        # vLLM pads the vocabulary to a multiple of 64; padded rows stay zero
-                        padded = torch.zeros(head.weight.shape, dtype=torch.float32)
-                        padded[: weight.shape[0]] = weight
-                        head.weight = torch.nn.Parameter(padded, requires_grad=False)
+                        self._set_fp32_head(f.get_tensor(key))
                         return key
         raise FileNotFoundError(f"none of {HEAD_KEYS} in the safetensors of {weights_path}")
+
+    def _set_fp32_head(self, checkpoint_weight: torch.Tensor) -> None:
+        head = self.model_runner.get_model().lm_head
+        weight = checkpoint_weight.float()
+        if head.weight.dtype == torch.float32:
+            # already fp32 (our own copy, after the first load; or an fp32 engine's own head, which
+            # the reload has just given these values): in place, sparing a second vocabulary-sized tensor
+            head.weight.data[: weight.shape[0]].copy_(weight)
+            return
+        # vLLM pads the vocabulary to a multiple of 64; padded rows stay zero
+        padded = torch.zeros(head.weight.shape, dtype=torch.float32, device=head.weight.device)
+        padded[: weight.shape[0]] = weight
+        head.weight = torch.nn.Parameter(padded, requires_grad=False)
 
 
 def _released_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

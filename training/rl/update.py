@@ -321,6 +321,9 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
     grad_norm = float(full_norm(torch.nn.utils.clip_grad_norm_(params, max_norm)))
     _set_scheduled_lr(optimizer, params, cfg)
     optimizer.step()
+    # the gradients are spent: freed now, not at the next step's start, so they do not sit beside
+    # the engine through the rollouts (4 bytes per trained parameter; training/memory_model.py)
+    optimizer.zero_grad(set_to_none=True)
     # The forwarded rows at once (no gradient): their loss is the sum of the micro-batch shares, the
     # full-batch loss (a skipped row's share is 0), and the clip/ratio fractions are over the forwarded
     # rows, not over the last micro-batch; a skipped row's ratio at this theta is never computed.

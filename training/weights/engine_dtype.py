@@ -30,11 +30,12 @@ def head_name(model: torch.nn.Module) -> str:
 
 
 def engine_tensors(state: Mapping[str, torch.Tensor], head: str, dtype: torch.dtype,
-                   lm_head_fp32: bool) -> Iterator[tuple[str, torch.Tensor]]:
+                   lm_head_fp32: bool, to_host: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(checkpoint name, tensor) of every tensor of `state` (a model's own state dict, or the full
     one its torchrun ranks gathered), each cast to `dtype` as it is yielded, the output projection
     `head` (head_name) left in fp32 when `lm_head_fp32`. A tensor shared by two names (tied
-    embeddings in a model's own state dict) is yielded once, under the first, as save_pretrained does."""
+    embeddings in a model's own state dict) is yielded once, under the first, as save_pretrained does.
+    `to_host` False: each stays on its device (an engine on the same GPU reads it there)."""
     seen: set[int] = set()
     for name, tensor in state.items():
         if tensor.data_ptr() in seen:
@@ -42,7 +43,8 @@ def engine_tensors(state: Mapping[str, torch.Tensor], head: str, dtype: torch.dt
         seen.add(tensor.data_ptr())
         keep_fp32 = lm_head_fp32 and name == head
         # cast where the tensor lives (on a GPU: half the bytes to copy out), then to host memory
-        yield name, tensor.to(torch.float32 if keep_fp32 else dtype).cpu().contiguous()
+        cast = tensor.to(torch.float32 if keep_fp32 else dtype)
+        yield name, (cast.cpu() if to_host else cast).contiguous()
 
 
 def write_shards(tensors: Iterator[tuple[str, torch.Tensor]], out_dir: Path,

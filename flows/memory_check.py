@@ -1,0 +1,174 @@
+"""Will this config's trainers fit their device? The memory model (training/memory_model.py) applied
+to a resolved config, before any model loads.
+
+`passband config` and `passband run` refuse a trainer whose estimated peak exceeds its device (the
+GPU's memory on CUDA, the host's RAM on the CPU) in one line naming the stage and the biggest parts;
+`passband doctor FLOW ...` prints the whole estimate. Each trainer is checked on the device its
+`device` setting resolves to on this machine, at the precision `precision` resolves to there.
+
+What the estimate assumes: every micro-batch's sequences as long as the engine accepts
+(`engine.max_model_len`) for RL, `micro_batch_tokens` for SFT; one process (torchrun ranks hold
+1/N of the weights, gradients and AdamW each, FSDP2's full shard); RL's in-process engine on the
+trainer's device (asleep during the update where `engine.sleep_while_training` resolves on), an
+engine in its own process on the same device unless the config places it elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from passband.training.memory_model import (DeviceFit, ModelShape, TrainerMemory, colocated_fit, engine_bytes, gib,
+                                            kv_bytes_per_token, lora_parameters, trainer_memory)
+from passband.training.model_shapes import model_shape
+
+
+@dataclass(frozen=True)
+class Target:
+    """A device to estimate for instead of this machine's: `passband doctor --gpu-gib 80` on a laptop."""
+
+    device_type: str
+    device_bytes: int
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One trainer's estimate: `where` names its setting (rl, sft.stages.0, ...)."""
+
+    where: str
+    model: str
+    shape: ModelShape
+    trainer: TrainerMemory
+    fit: DeviceFit
+    assumptions: str
+    remedies: tuple[str, ...]
+    """Settings that would lower the estimate, as the user writes them."""
+
+    def problem(self) -> str | None:
+        """The one line that refuses it, or None when it fits."""
+        if self.fit.fits:
+            return None
+        return (f"{self.where}: {self.model} needs about {self.fit.line()} ({self.assumptions}); "
+                f"try {', '.join(self.remedies)} or a device with more memory (`passband doctor` with the same "
+                f"flow and options prints the estimate by part)")
+
+    def report(self) -> list[str]:
+        shape = self.shape
+        lines = [f"{self.where}: {self.model}, {shape.parameters / 1e9:.3f}B parameters "
+                 f"({shape.layers} layers, hidden {shape.hidden}, MLP {shape.intermediate}, vocab {shape.vocab})",
+                 f"  assumes {self.assumptions}", *("  " + line for line in self.trainer.lines())]
+        lines += [f"  peak {phase:10s} {gib(value):8.2f} GiB" for phase, value in self.fit.phases.items()]
+        lines.append(f"  {'fits' if self.fit.fits else 'DOES NOT FIT'}: {self.fit.line()}")
+        return lines
+
+
+def estimates(config: BaseModel, where: str = "", ask_hub: bool = False,
+              target: Target | None = None) -> Iterator[Estimate | str]:
+    """The estimate of every trainer in `config` (an RL or SFT config, or a pipeline holding them),
+    or a line saying why one has none; on `target` where given (a trainer set to device cpu stays there)."""
+    from passband.flows.rl_config import RLConfig
+    from passband.flows.sft import SFTConfig
+
+    if isinstance(config, RLConfig):
+        yield _rl_estimate(config, where or "rl", ask_hub, target)
+    elif isinstance(config, SFTConfig):
+        for index, stage in enumerate(config.stages):
+            yield _sft_estimate(config, stage, f"{where or 'sft'}.stages.{index}", ask_hub, target)
+    else:
+        for name in type(config).model_fields:
+            value = getattr(config, name)
+            if isinstance(value, (RLConfig, SFTConfig)):
+                yield from estimates(value, f"{where}.{name}" if where else name, ask_hub, target)
+
+
+def memory_problems(config: BaseModel) -> list[str]:
+    """The preflight's lines: a trainer that cannot fit its device (nothing is asked of the network)."""
+    return [e.problem() for e in estimates(config) if isinstance(e, Estimate) and e.problem()]
+
+
+def device_bytes(device: Any, target: Target | None = None) -> int:
+    """What `device` holds: the target's, a GPU's memory, or the host's RAM for the CPU."""
+    import torch
+
+    if target is not None and device.type == target.device_type:
+        return target.device_bytes
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _placement(setting: str, precision_setting: str, target: Target | None) -> tuple[Any, str]:
+    """(device, precision) as the trainer would resolve them here, or on `target`."""
+    import torch
+
+    from passband.training.sft.device import resolve_device
+    from passband.training.sft.precision import resolve_precision
+
+    device = torch.device(target.device_type) if target is not None and setting != "cpu" else resolve_device(setting)
+    return device, resolve_precision(precision_setting, device)
+
+
+def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) -> Estimate | str:
+    shape = model_shape(config.model, ask_hub)
+    if isinstance(shape, str):
+        return f"{where}: no memory estimate: {shape}"
+    algo, engine, ranks = config.algo, config.engine, config.distributed.nproc_per_node
+    device, precision = _placement(algo.device, algo.precision, target)
+    tokens = algo.micro_batch_size * engine.max_model_len
+    trainer = _sharded(trainer_memory(
+        shape, precision, tokens, algo.logprob_chunk_size, kl_reference=algo.kl_coef > 0,
+        lora_parameters=lora_parameters(shape, algo.lora.rank) if algo.lora else None,
+        checkpointing=algo.activation_checkpointing,
+        eager_sequence_tokens=engine.max_model_len if algo.attention == "eager" else None), ranks)
+    total = device_bytes(device, target)
+    cuda = device.type == "cuda"
+    dtype = engine.dtype if engine.dtype != "auto" else ("bfloat16" if cuda else engine.resolved_dtype())
+    if engine.kv_cache_gib == "batch":  # the flow sizes it to one rollout batch; bounded here by max_model_len
+        num_sequences = config.prompts_per_step * config.sampling.n
+        kv_gib = num_sequences * engine.max_model_len * kv_bytes_per_token(shape, dtype) / 2**30
+    else:
+        kv_gib = engine.kv_cache_gib
+    engine_on_device = engine_bytes(shape, dtype, total, engine.memory_fraction, kv_gib)
+    sleeps = engine.kind == "vllm" and engine.sleeps_while_training(cuda)
+    fit = colocated_fit(trainer, engine_on_device, f"{device.type} device", total, sleeps)
+    assumptions = (f"{algo.micro_batch_size} sequences x {engine.max_model_len} tokens per micro-batch, {precision}, "
+                   f"{algo.attention} attention, activation checkpointing {'on' if algo.activation_checkpointing else 'off'}"
+                   + (f", {ranks} ranks" if ranks > 1 else "")
+                   + f", engine {gib(engine_on_device):.1f} GiB in {dtype}{' asleep while training' if sleeps else ''}")
+    remedies = [f"a smaller {where}.algo.micro_batch_size"]
+    remedies += [f"{where}.algo.activation_checkpointing: true"] * (not algo.activation_checkpointing)
+    remedies += [f"{where}.algo.attention: sdpa"] * (algo.attention == "eager")
+    remedies += [f"{where}.algo.lora"] * (algo.lora is None)
+    return Estimate(where, config.model, shape, trainer, fit, assumptions, tuple(remedies))
+
+
+def _sft_estimate(config: Any, stage: Any, where: str, ask_hub: bool, target: Target | None) -> Estimate | str:
+    shape = model_shape(config.model, ask_hub)
+    if isinstance(shape, str):
+        return f"{where}: no memory estimate: {shape}"
+    device, precision = _placement(stage.device, stage.precision, target)
+    ranks = config.distributed.nproc_per_node
+    trainer = _sharded(trainer_memory(
+        shape, precision, stage.micro_batch_tokens, stage.loss_chunk_size,
+        lora_parameters=lora_parameters(shape, stage.lora.rank) if stage.lora else None,
+        checkpointing=stage.activation_checkpointing), ranks)
+    fit = DeviceFit(f"{device.type} device", device_bytes(device, target), {"training": trainer.peak})
+    assumptions = (f"{stage.micro_batch_tokens} tokens per micro-batch, {precision}, activation checkpointing "
+                   f"{'on' if stage.activation_checkpointing else 'off'}" + (f", {ranks} ranks" if ranks > 1 else ""))
+    remedies = [f"a smaller {where}.micro_batch_tokens"]
+    remedies += [f"{where}.activation_checkpointing: true"] * (not stage.activation_checkpointing)
+    remedies += [f"{where}.lora"] * (stage.lora is None)
+    return Estimate(where, config.model, shape, trainer, fit, assumptions, tuple(remedies))
+
+
+def _sharded(memory: TrainerMemory, ranks: int) -> TrainerMemory:
+    """Per rank under FSDP2's full shard: weights, gradients, AdamW and reference split N ways."""
+    if ranks == 1:
+        return memory
+    return TrainerMemory(memory.weights // ranks, memory.gradients // ranks, memory.optimizer // ranks,
+                         memory.reference // ranks, memory.autocast_copies, memory.activations, memory.logits)

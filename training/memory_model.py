@@ -1,0 +1,227 @@
+"""How much device memory a trainer and a colocated engine take: the written memory model (issue 50 item 5).
+
+Pure arithmetic over a model's shape and the run's settings, so `passband config`, `passband run`
+and `passband doctor` can say before anything loads whether a setup fits its device.
+
+Trainer state, bytes per parameter: fp32 weights (4), their gradients (4) and AdamW's two moments
+(8): 16 in full fine-tuning, in fp32 and under bf16 autocast alike (autocast keeps fp32 master
+weights). Autocast casts each decoder weight to bf16 when its matmul runs, and the backward keeps
+that copy (2 bytes per decoder parameter) until it has used it; with activation checkpointing only
+the layer being recomputed holds its copies. The gradients are freed after each optimizer step, so
+between updates (while the engine samples) the trainer holds its weights, AdamW and reference. A
+KL reference is a second fp32 copy (4) with no gradients or optimizer. LoRA freezes the base (4 per
+base parameter) and trains the adapters at 16 bytes each.
+
+Activations, bytes per token: what autograd keeps for the backward pass of a Hugging Face
+Llama/Qwen2 decoder with SDPA attention (no [T, T] tensor), counted tensor by tensor with
+`torch.autograd.graph.saved_tensors_hooks` on models of many shapes (tests/test_memory_model.py
+holds the count against the formula):
+
+    fp32:          L * (32 h + 16 I + 8 kv + 4 heads + 8) + 8 h + 8 head_dim + 12
+    bf16 autocast: L * (30 h +  8 I + 4 kv + 4 heads + 8) + 8 h + 8 head_dim + 12
+
+(h hidden, I the MLP's width, kv = kv_heads * head_dim, L layers: per layer eight fp32 vectors of
+the hidden size, four of the MLP's, K and V, and one log-sum-exp per head; under autocast the
+matmuls' saved inputs are bf16 while the norms and residuals stay fp32). Eager attention (RL's
+`algo.attention` default, for its CPU speed) keeps each layer's fp32 [heads, T, T] probabilities
+besides: heads x T x 4 more bytes per token of a T-token sequence and layer (6 under autocast,
+which adds a bf16 copy), and K and V repeated to every query head. With activation checkpointing each layer keeps only its fp32 input (4 h) and one
+layer's activations exist again while it is recomputed. The LM head runs in chunks of `logprob_chunk_size` tokens (training/logprobs.py):
+a chunk's fp32 logits, their log-softmax and, backward, their gradient (3 x chunk x vocab x 4 bytes).
+
+Engine (vLLM): `memory_fraction` of the device for its weights, activations and KV cache together
+(its `gpu_memory_utilization`), or its weights plus `kv_cache_gib`. Put to sleep while the trainer
+updates (vLLM sleep mode, level 1: weights offloaded to host memory, KV cache freed) it holds
+nothing on the device during the update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+GIB = 2**30
+
+STATE_BYTES_PER_PARAMETER = 16
+"""fp32 weights, gradients and AdamW's two moments."""
+AUTOCAST_COPY_BYTES = 2
+"""The bf16 copy of a decoder weight that autocast makes for its matmul and the backward keeps."""
+FROZEN_BYTES_PER_PARAMETER = 4
+"""An fp32 weight with no gradient or optimizer state: the KL reference, LoRA's frozen base."""
+LOGIT_BUFFERS = 3
+"""fp32 [chunk, vocab] tensors alive at once in the chunked LM head: logits, log-softmax, gradient."""
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The dimensions of a Llama-family decoder (Llama, Qwen2, Mistral, SmolLM2) that memory depends on."""
+
+    hidden: int
+    layers: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    head_dim: int
+    tied_embeddings: bool
+    attention_bias: bool = False
+
+    @classmethod
+    def from_hf_config(cls, config: dict[str, Any]) -> ModelShape:
+        """From a Hugging Face config.json's fields."""
+        hidden, heads = config["hidden_size"], config["num_attention_heads"]
+        return cls(hidden=hidden, layers=config["num_hidden_layers"], intermediate=config["intermediate_size"],
+                   heads=heads, kv_heads=config.get("num_key_value_heads") or heads, vocab=config["vocab_size"],
+                   head_dim=config.get("head_dim") or hidden // heads,
+                   tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+                   # Qwen2 has q/k/v biases and no attention_bias field
+                   attention_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")))
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def layer_parameters(self) -> int:
+        """One decoder layer's weights: attention (q, k, v, o, biases), MLP and two norms."""
+        q_dim = self.heads * self.head_dim
+        attention = self.hidden * (q_dim + 2 * self.kv_dim) + q_dim * self.hidden
+        if self.attention_bias:
+            attention += q_dim + 2 * self.kv_dim
+        return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
+
+    @property
+    def parameters(self) -> int:
+        """Every weight: embedding, the layers, the final norm and an untied LM head."""
+        head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return self.vocab * self.hidden + self.layers * self.layer_parameters + self.hidden + head
+
+
+Precision = Literal["fp32", "bf16_autocast"]
+
+
+def activation_bytes_per_token(shape: ModelShape, precision: Precision, checkpointing: bool = False,
+                               eager_sequence_tokens: int | None = None) -> int:
+    """Bytes autograd keeps per token of a micro-batch for the decoder's backward (module docstring);
+    `eager_sequence_tokens`: eager attention over sequences of that length (None: SDPA or flash)."""
+    if precision == "fp32":
+        layer = 32 * shape.hidden + 16 * shape.intermediate + 8 * shape.kv_dim + 4 * shape.heads + 8
+    else:
+        layer = 30 * shape.hidden + 8 * shape.intermediate + 4 * shape.kv_dim + 4 * shape.heads + 8
+    if eager_sequence_tokens is not None:
+        # the probabilities' row of this token (fp32, and under autocast a bf16 copy for the matmul
+        # with V besides), K and V copied to every query head (SDPA takes them grouped; one KV head is
+        # repeated as a view), and no log-sum-exp
+        repeated = shape.heads * shape.head_dim - shape.kv_dim if shape.kv_heads > 1 else 0
+        row_bytes, kv_bytes = (4, 8) if precision == "fp32" else (6, 4)
+        layer += shape.heads * eager_sequence_tokens * row_bytes + kv_bytes * repeated - 4 * shape.heads
+    shared = 8 * shape.hidden + 8 * shape.head_dim + 12
+    if checkpointing:  # each layer's fp32 input, plus the one layer being recomputed
+        return shape.layers * 4 * shape.hidden + layer + shared
+    return shape.layers * layer + shared
+
+
+@dataclass(frozen=True)
+class TrainerMemory:
+    """A trainer's device memory by part, bytes. `persistent` stays between updates (weights,
+    AdamW, the reference); the rest exists only while an update runs."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    reference: int
+    autocast_copies: int
+    activations: int
+    logits: int
+
+    @property
+    def persistent(self) -> int:
+        return self.weights + self.optimizer + self.reference
+
+    @property
+    def peak(self) -> int:
+        return self.persistent + self.gradients + self.autocast_copies + self.activations + self.logits
+
+    def lines(self) -> list[str]:
+        parts = {"weights": self.weights, "gradients": self.gradients, "AdamW state": self.optimizer,
+                 "KL reference": self.reference, "autocast bf16 copies": self.autocast_copies,
+                 "activations": self.activations, "LM-head chunk": self.logits}
+        return [f"{name:22s} {gib(value):8.2f} GiB" for name, value in parts.items() if value]
+
+
+def trainer_memory(shape: ModelShape, precision: Precision, tokens_per_micro_batch: int, logprob_chunk: int,
+                   kl_reference: bool = False, lora_parameters: int | None = None,
+                   checkpointing: bool = False, eager_sequence_tokens: int | None = None) -> TrainerMemory:
+    """The trainer's peak during one micro-batch's forward and backward (module docstring).
+    `lora_parameters`: the adapters' parameter count (None: every weight trains)."""
+    n = shape.parameters
+    trained = n if lora_parameters is None else lora_parameters
+    frozen = 0 if lora_parameters is None else n
+    return TrainerMemory(
+        weights=4 * trained + FROZEN_BYTES_PER_PARAMETER * frozen,
+        gradients=4 * trained,
+        optimizer=8 * trained,
+        # with adapters the reference is the same model, adapters off: no second copy
+        reference=FROZEN_BYTES_PER_PARAMETER * n if kl_reference and lora_parameters is None else 0,
+        autocast_copies=(AUTOCAST_COPY_BYTES * shape.layer_parameters * (1 if checkpointing else shape.layers)
+                         if precision == "bf16_autocast" else 0),
+        activations=tokens_per_micro_batch * activation_bytes_per_token(shape, precision, checkpointing,
+                                                                        eager_sequence_tokens),
+        logits=LOGIT_BUFFERS * min(logprob_chunk, tokens_per_micro_batch) * shape.vocab * 4,
+    )
+
+
+def lora_parameters(shape: ModelShape, rank: int) -> int:
+    """Adapter parameters of rank `rank` on every decoder linear layer (LoraConfig's 'all-linear')."""
+    q_dim = shape.heads * shape.head_dim
+    pairs = [(shape.hidden, q_dim), (shape.hidden, shape.kv_dim), (shape.hidden, shape.kv_dim), (q_dim, shape.hidden),
+             (shape.hidden, shape.intermediate), (shape.hidden, shape.intermediate), (shape.intermediate, shape.hidden)]
+    return shape.layers * sum(rank * (fan_in + fan_out) for fan_in, fan_out in pairs)
+
+
+def engine_bytes(shape: ModelShape, dtype: str, device_bytes: int, memory_fraction: float,
+                 kv_cache_gib: float | None) -> int:
+    """What a vLLM engine takes on its device: `memory_fraction` of it, or with a fixed KV cache
+    its weights plus that cache."""
+    if kv_cache_gib is None:
+        return int(memory_fraction * device_bytes)
+    return shape.parameters * DTYPE_BYTES[dtype] + int(kv_cache_gib * GIB)
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype: str) -> int:
+    """One token's K and V over every layer."""
+    return 2 * shape.layers * shape.kv_dim * DTYPE_BYTES[dtype]
+
+
+@dataclass(frozen=True)
+class DeviceFit:
+    """Peak device memory per phase of a run on one device, against what the device holds."""
+
+    device: str
+    device_bytes: int
+    phases: dict[str, int]
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=self.phases.get)
+
+    @property
+    def fits(self) -> bool:
+        return self.phases[self.peak_phase] <= self.device_bytes
+
+    def line(self) -> str:
+        phase = self.peak_phase
+        return (f"{gib(self.phases[phase]):.1f} GiB at its peak ({phase}) of the {self.device}'s "
+                f"{gib(self.device_bytes):.1f} GiB")
+
+
+def colocated_fit(trainer: TrainerMemory, engine: int, device: str, device_bytes: int, engine_sleeps: bool) -> DeviceFit:
+    """Trainer and engine on one device: the update with the engine asleep (nothing of it on the
+    device) or awake beside it, and the rollout with the trainer's persistent state beside the engine."""
+    return DeviceFit(device, device_bytes, {"training": trainer.peak + (0 if engine_sleeps else engine),
+                                            "rollout": trainer.persistent + engine})
+
+
+def gib(num_bytes: float) -> float:
+    return num_bytes / GIB
