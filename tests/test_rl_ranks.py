@@ -215,3 +215,48 @@ def test_the_flow_handle_finds_the_newest_version_the_ranks_published(tmp_path):
         publish_state_dict(state, "embed.weight", trainer.weights_root, version, "bfloat16", False, keep=2)
     (trainer.weights_root / "v3").mkdir()  # a version being written (no manifest yet) is not the newest
     assert trainer.published == trainer.weights_root / "v2"
+
+
+@pytest.mark.slow
+def test_two_ranks_in_bf16_mixed_precision_track_one_process(tmp_path, monkeypatch):
+    """precision bf16_autocast on ranks: FSDP2 gathers and runs each decoder layer in bf16 and reduces its
+    gradients in fp32 (MixedPrecisionPolicy), over fp32 shards and AdamW, the root (embedding, final norm,
+    LM head) in fp32. Its two updates move the weights where one process under bf16 autocast moves them,
+    to bf16's rounding: the residual stream inside a layer is bf16 there, fp32 under autocast."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    algo = RLAlgoConfig(lr=3e-3, precision="bf16_autocast", micro_batch_size=5, grad_clip=0.5)
+    model_dir = tmp_path / "model"
+    start = tiny_llama(seed=0, hidden=32).eval()
+    start.save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    batches = [_batch(start, seed) for seed in (1, 2)]
+    work_dir = tmp_path / "ranks"
+    state = {"iteration": 2, "consumed": {"math": 6}, "prompt_ids": [], "best": None, "metrics": {}}
+    for number, request in enumerate([batch_request(batches[0], 11, 1), batch_request(batches[1], 12, 2),
+                                      {"kind": "checkpoint", "name": "iter-000002", "state": state},
+                                      {"kind": "stop"}], start=1):
+        write_request(work_dir, number, request)
+    replies = _torchrun(RanksConfig(model=model_dir, algo=algo, work_dir=work_dir))
+    two = load_file(Path(replies[3]["checkpoint"]) / "model.safetensors")
+    assert {t.dtype for t in two.values()} == {torch.float32}  # the shards and the export stay fp32
+
+    one = open_trainer(model_dir, ["math"], algo)
+    for batch, seed in zip(batches, (11, 12)):
+        rl_update(one.model, one.ref_model, one.optimizer, batch, algo, torch.Generator().manual_seed(seed))
+    initial = {k: v for k, v in start.state_dict().items() if k != "lm_head.weight"}
+    moved_one = torch.cat([(one.model.state_dict()[k] - v).flatten() for k, v in initial.items()])
+    moved_two = torch.cat([(two[k] - v).flatten() for k, v in initial.items()])
+    apart = float((moved_two - moved_one).norm() / moved_one.norm())
+    fp32 = RLAlgoConfig(lr=3e-3, precision="fp32", micro_batch_size=5, grad_clip=0.5)
+    reference = open_trainer(model_dir, ["math"], fp32)
+    for batch, seed in zip(batches, (11, 12)):
+        rl_update(reference.model, reference.ref_model, reference.optimizer, batch, fp32, torch.Generator().manual_seed(seed))
+    moved_fp32 = torch.cat([(reference.model.state_dict()[k] - v).flatten() for k, v in initial.items()])
+    bf16_vs_fp32 = float((moved_one - moved_fp32).norm() / moved_fp32.norm())
+    print(f"bf16 mixed precision: |2 ranks' move - 1 process' move| / |1 process' move| = {apart:.3g}; "
+          f"one process, bf16 autocast against fp32: {bf16_vs_fp32:.3g}")
+    assert float(moved_one.norm()) > 0.1  # two AdamW steps of lr 3e-3 over ~20k weights
+    # apart by bf16's rounding (the layers really ran in bf16: fp32 ranks agree to ~1e-7), and no more
+    # than bf16 autocast is from fp32 in one process, twice over: a dropped micro-batch or a gradient
+    # averaged instead of summed moves AdamW's steps by their whole size
+    assert 1e-4 < apart < 2 * bf16_vs_fp32

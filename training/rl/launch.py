@@ -105,15 +105,17 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
     from passband.training.sft.device import resolve_device
+    from passband.training.sft.precision import resolve_precision
 
     open_process_group(config.collective_timeout_s)
     weights_dir = config.resume_from or config.model
     device = resolve_device(config.algo.device)  # this rank's GPU under CUDA
+    precision = resolve_precision(config.algo.precision, device)  # bf16: the layers' FSDP2 mixed precision
     sharded = world_size() > 1
     lm = load_policy(weights_dir, config.algo, on_meta=sharded)
     if not sharded:
         lm.to(device)  # one rank is not sharded; FSDP2 allocates the shards of more on the device
-    policy = shard_policy(lm, device)
+    policy = shard_policy(lm, device, precision)
     if sharded:
         fill_weights(lm, weights_dir, device)
     optimizer = build_optimizer(lm, config.algo)  # over the filled parameters
@@ -123,7 +125,7 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     ref_model = None
     if config.algo.kl_coef > 0:
         reference = load_reference(config.model, config.algo, on_meta=sharded)
-        ref_model = shard_policy(reference if sharded else reference.to(device), device)
+        ref_model = shard_policy(reference if sharded else reference.to(device), device, precision)
         if sharded:
             fill_weights(reference, config.model, device)
     return RLTrainer(policy, optimizer, ref_model, load_tokenizer(config.model), weights_dir, state)

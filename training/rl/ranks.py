@@ -52,11 +52,12 @@ def through_root(model: torch.nn.Module, run: Callable[[torch.nn.Module], tuple[
     return model(run) if isinstance(model, ShardedPolicy) else run(model)
 
 
-def shard_policy(lm: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """`lm` itself in one process; a `ShardedPolicy` sharded by FSDP2 onto `device` when WORLD_SIZE > 1."""
+def shard_policy(lm: torch.nn.Module, device: torch.device, precision: str = "fp32") -> torch.nn.Module:
+    """`lm` itself in one process; a `ShardedPolicy` sharded by FSDP2 onto `device` when WORLD_SIZE > 1
+    (its decoder layers in bf16 under `precision` bf16_autocast: `shard_for_training`)."""
     if world_size() == 1:
         return lm
-    return shard_for_training(ShardedPolicy(lm), device)
+    return shard_for_training(ShardedPolicy(lm), device, precision)
 
 
 def own_chunks(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:

@@ -75,25 +75,35 @@ def die_with_torchrun() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def shard_for_training(loss_module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+def shard_for_training(loss_module: torch.nn.Module, device: torch.device, precision: str = "fp32") -> torch.nn.Module:
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
 
     fully_shard moves the parameters to `device` (the trainer's `resolve_device`: cuda:LOCAL_RANK
     when it is CUDA). A model built on `meta` (training/sft/meta_init.py) stays there, sharded, until
     `fill_weights` gives each rank its shards. The process group is already open
     (`open_process_group`, with its collective timeout).
+
+    `precision` bf16_autocast: each decoder layer is gathered and computed in bf16 and its gradients
+    reduced in fp32 (FSDP2's MixedPrecisionPolicy), over fp32 shards and fp32 AdamW; the root unit
+    (embedding, final norm, LM head) stays fp32, so log-probs come from an fp32 head as in one process.
+    Half the bytes of every all-gather; the layers' residual stream is then bf16 (in one process
+    autocast keeps it fp32), so ranks and one process agree to bf16's rounding, not bit for bit.
     """
     if world_size() == 1:
         return loss_module
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if device.type == "cuda":
         torch.cuda.set_device(device)
     mesh = init_device_mesh(device.type, (world_size(),))
-    units = [*loss_module.lm.base_model.layers, loss_module]
-    for unit in units:
-        fully_shard(unit, mesh=mesh)
+    layers = list(loss_module.lm.base_model.layers)
+    layer_policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                    if precision == "bf16_autocast" else MixedPrecisionPolicy())
+    for layer in layers:
+        fully_shard(layer, mesh=mesh, mp_policy=layer_policy)
+    fully_shard(loss_module, mesh=mesh)  # fp32: embedding, final norm, LM head
+    units = [*layers, loss_module]
     for unit in units:
         # Each rank's loss is already divided by the whole step's token count, so the ranks'
         # gradients add up to the step's gradient: sum them (FSDP averages by default). Forcing

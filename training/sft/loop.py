@@ -180,11 +180,11 @@ def train_stage(
     model.train()
     previous_attention = model.config._attn_implementation  # restored at the end: eval/generation need masks
     run_on = resolve_device(cfg.device)  # the one decision; the model, AdamW and every batch follow it
-    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on),
-                               resolve_precision(cfg.precision, run_on))
+    precision = resolve_precision(cfg.precision, run_on)
+    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on), precision)
     if num_ranks == 1:
         model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
-    loss_module = shard_for_training(loss_module, run_on)
+    loss_module = shard_for_training(loss_module, run_on, precision)
     if built_on_meta:  # each rank's shards: read by rank 0 and broadcast, or its own of a sharded checkpoint
         fill_weights(model, resume_from or start_weights, run_on)
     device = next(model.parameters()).device  # after sharding, which moves it to the rank's device
