@@ -161,3 +161,43 @@ def test_lora_on_ranks_and_adapters_on_the_hf_engine_are_refused_in_one_line():
     with pytest.raises(ValueError, match=rf"stages \['{stage.name}'\] set lora, which trains in the flow's own"):
         SFTConfig(stages=[stage], distributed={"nproc_per_node": 2})
     assert SFTConfig(stages=[stage]).stages[0].lora.rank == 8
+
+
+@pytest.mark.filterwarnings("ignore:KL estimator 'k3'", "ignore:a KL loss")
+def test_bf16_frozen_base_under_autocast_is_the_fp32_base_bit_for_bit():
+    """Under bf16 autocast every matmul casts its weight to bf16, so a frozen base stored in bf16 (half its
+    memory) gives the same update: adapters, metrics and log-probs equal bit for bit, KL's reference (the
+    adapters off) included; the merged export differs only by the base's bf16 rounding."""
+    from passband.training.logprobs import response_logprobs
+    from passband.training.lora.adapters import base_weights_in_bf16, merged_state
+    from passband.training.sft.precision import autocast_for
+
+    policy = _adapted()
+    _randomize_b(policy)
+    config = RLAlgoConfig(precision="bf16_autocast", lr=1e-2, kl_coef=0.5, kl_placement="loss", kl_estimator="k3",
+                          lora={"rank": 4})
+    batch = _batch(policy, [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0], engine_noise=0.01)
+    results = []
+    for in_bf16 in (False, True):
+        model = copy.deepcopy(policy)
+        if in_bf16:
+            moved = base_weights_in_bf16(model)
+            base = [p for n, p in model.named_parameters() if "base_layer.weight" in n]
+            assert moved == sum(p.numel() for p in base) > 0 and {p.dtype for p in base} == {torch.bfloat16}
+            assert {p.dtype for n, p in model.named_parameters() if "base_layer" not in n} == {torch.float32}
+        optimizer = build_optimizer(model, config)
+        metrics = rl_update(model, model, optimizer, batch, config, torch.Generator().manual_seed(0))
+        with torch.no_grad(), autocast_for("bf16_autocast", torch.device("cpu")):
+            logp = response_logprobs(model, batch.prompt_ids, batch.response_ids).logp
+        results.append((adapter_state(model), metrics, logp, merged_state(model)))
+    (fp32, fp32_metrics, fp32_logp, fp32_merged), (bf16, bf16_metrics, bf16_logp, bf16_merged) = results
+    assert all(torch.equal(fp32[name], bf16[name]) for name in fp32)
+    timings = {"seconds", "train_tokens_per_s"}
+    assert {k: v for k, v in fp32_metrics.items() if k not in timings} == \
+        {k: v for k, v in bf16_metrics.items() if k not in timings}
+    assert torch.equal(fp32_logp, bf16_logp)
+    assert {t.dtype for t in bf16_merged.values()} == {torch.float32}
+    base = merged_state(tiny_llama(seed=0).eval())  # the fp32 base the adapters sit on
+    for name, tensor in fp32_merged.items():  # the same delta on the bf16-rounded base: apart by that rounding
+        bound = base[name].abs() * 2**-8 + 1e-7  # half a bf16 ulp is at most 2^-8 relative; 1e-7: fp32's sum
+        assert bool(((bf16_merged[name] - tensor).abs() <= bound).all()), name

@@ -61,7 +61,7 @@ def test_doctor_prints_the_estimate_for_a_gpu() -> None:
     assert "memory (a 80 GiB GPU):" in result.output
     assert "rl: Qwen/Qwen2.5-7B-Instruct, 7.616B parameters" in result.output
     assert "fits: " in result.output and "of the cuda device's 80.0 GiB" in result.output
-    small = CliRunner().invoke(main, ["doctor", "rl", "--preset", "gpu-lora", "--gpu-gib", "40"])
+    small = CliRunner().invoke(main, ["doctor", "rl", "--preset", "gpu-lora", "--gpu-gib", "24"])
     assert small.exit_code == 0 and "DOES NOT FIT" in small.output, small.output
 
 

@@ -103,6 +103,12 @@ def test_lora_parameters_are_peft_s() -> None:
     # the frozen base at 4 bytes, the adapters at 16; the reference is the same model, adapters off
     assert (memory.weights, memory.gradients, memory.optimizer, memory.reference) == (
         4 * shape.parameters + 4 * trainable, 4 * trainable, 8 * trainable, 0)
+    # under bf16 autocast the adapted base weights are stored in bf16: the bytes the tensors hold
+    from passband.training.lora.adapters import base_weights_in_bf16
+
+    base_weights_in_bf16(model)
+    held = sum(p.nbytes for p in model.parameters())
+    assert trainer_memory(shape, "bf16_autocast", 16, 16, lora_parameters=trainable).weights == held
 
 
 def test_shipped_shape_is_the_gguf_s() -> None:

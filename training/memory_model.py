@@ -10,7 +10,9 @@ that copy (2 bytes per decoder parameter) until it has used it; with activation 
 the layer being recomputed holds its copies. The gradients are freed after each optimizer step, so
 between updates (while the engine samples) the trainer holds its weights, AdamW and reference. A
 KL reference is a second fp32 copy (4) with no gradients or optimizer. LoRA freezes the base (4 per
-base parameter) and trains the adapters at 16 bytes each.
+base parameter; 2 for the adapted linear weights under bf16 autocast, which casts them to bf16 for
+every matmul anyway: training/lora/adapters.py base_weights_in_bf16) and trains the adapters at 16
+bytes each.
 
 Activations, bytes per token: what autograd keeps for the backward pass of a Hugging Face
 Llama/Qwen2 decoder with SDPA attention (no [T, T] tensor), counted tensor by tensor with
@@ -92,6 +94,12 @@ class ModelShape:
         return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
 
     @property
+    def linear_parameters(self) -> int:
+        """One decoder layer's matmul weights (no biases or norms): what LoRA's 'all-linear' adapts."""
+        q_dim = self.heads * self.head_dim
+        return self.hidden * (q_dim + 2 * self.kv_dim) + q_dim * self.hidden + 3 * self.hidden * self.intermediate
+
+    @property
     def parameters(self) -> int:
         """Every weight: embedding, the layers, the final norm and an untied LM head."""
         head = 0 if self.tied_embeddings else self.vocab * self.hidden
@@ -157,9 +165,12 @@ def trainer_memory(shape: ModelShape, precision: Precision, tokens_per_micro_bat
     `lora_parameters`: the adapters' parameter count (None: every weight trains)."""
     n = shape.parameters
     trained = n if lora_parameters is None else lora_parameters
-    frozen = 0 if lora_parameters is None else n
+    frozen = 0
+    if lora_parameters is not None:  # under autocast the adapted linear weights are kept in bf16 (adapters.py)
+        linear = shape.layers * shape.linear_parameters if precision == "bf16_autocast" else 0
+        frozen = 2 * linear + FROZEN_BYTES_PER_PARAMETER * (n - linear)
     return TrainerMemory(
-        weights=4 * trained + FROZEN_BYTES_PER_PARAMETER * frozen,
+        weights=4 * trained + frozen,
         gradients=4 * trained,
         optimizer=8 * trained,
         # with adapters the reference is the same model, adapters off: no second copy

@@ -96,10 +96,12 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     The reference model is always `model_dir`, the start of the run.
     """
     from passband.training.sft.checkpoint_shards import restore_training_state
-    from passband.training.lora.adapters import attach_adapters, load_adapter_state, read_adapter
+    from passband.training.lora.adapters import (attach_adapters, base_weights_in_bf16, load_adapter_state,
+                                                 read_adapter)
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
     from passband.training.sft.device import resolve_device
+    from passband.training.sft.precision import resolve_precision
 
     device = resolve_device(algo.device)  # the one decision: policy, reference, AdamW and batches follow it
     weights_dir = Path(resume_dir or model_dir)
@@ -109,6 +111,8 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
         attach_adapters(model, algo.lora, algo.lora.seed)
         if resume_dir is not None:
             load_adapter_state(model, read_adapter(Path(resume_dir) / ADAPTER_FOLDER))
+        if resolve_precision(algo.precision, device) == "bf16_autocast":  # the same bits in half the memory
+            base_weights_in_bf16(model)
     optimizer = build_optimizer(model, algo)
     state = RLState(consumed={name: 0 for name in tasks})
     if resume_dir is not None:  # AdamW and RNG, whatever number of ranks wrote it (the weights are read above)

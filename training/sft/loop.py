@@ -30,7 +30,8 @@ from passband.training.checkpoint import (ADAPTER_FOLDER, load_model_weights, re
                                           save_checkpoint)
 from passband.training.sft.checkpoint_shards import restore_training_state, save_sharded_checkpoint
 from passband.training.sft.meta_init import fill_weights, on_meta
-from passband.training.lora.adapters import adapter_checkpoint, attach_adapters, load_adapter_state, read_adapter
+from passband.training.lora.adapters import (adapter_checkpoint, attach_adapters, base_weights_in_bf16,
+                                             load_adapter_state, read_adapter)
 from passband.training.sft.config import StageConfig
 from passband.training.sft.distributed import rank, rank_micro_batches, shard_for_training, world_size
 from passband.training.sft.model_loss import PackedLMLoss
@@ -181,6 +182,8 @@ def train_stage(
     previous_attention = model.config._attn_implementation  # restored at the end: eval/generation need masks
     run_on = resolve_device(cfg.device)  # the one decision; the model, AdamW and every batch follow it
     precision = resolve_precision(cfg.precision, run_on)
+    if cfg.lora is not None and precision == "bf16_autocast":  # the same bits in half the memory
+        base_weights_in_bf16(model)
     loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on), precision)
     if num_ranks == 1:
         model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
