@@ -97,6 +97,10 @@ class VLLMEngine:
             raise ValueError("kv_cache_gib='batch' is resolved by the RL flow from its batch; give the engine a "
                              "number of GiB (or null for memory_fraction)")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu_threads_bind)
+        # vLLM declares an engine core dead when one step takes over 300 s: a hang detector that a
+        # CPU prefilling a full batch in emulated bf16 on a shared box can trip (a curate smoke run
+        # died so 38 minutes in, at nice 10 beside other work). An hour still catches a hang.
+        os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
         # read by the worker (its own process inherits it) at every step's attention metadata
         os.environ["VLLM_CPU_ATTN_SPLIT_KV"] = str(int(config.split_kv_attention))
         from vllm import LLM
