@@ -12,6 +12,7 @@ from passband.flows.common_config import EngineConfig, ProblemSource, SamplingCo
 from passband.flows.config import Config
 from passband.flows.eval_config import EvalConfig, check_answer_format
 from passband.tasks.sampling.dispatch import RolloutWorkersConfig
+from passband.training.episodes.code_feedback import CodeFeedbackConfig
 from passband.training.episodes.math_python import MathToolConfig
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
@@ -144,6 +145,10 @@ class RLConfig(Config):
     """Math rows as multi-turn episodes with a Python tool run in the sandbox (docs/multi-turn.md): a
     turn may call it, the first turn without a call is the answer, rewarded by the math verifier;
     only the sampled tokens are trained. None: every row single-turn."""
+    code_feedback: CodeFeedbackConfig | None = Field(None, exclude_if=lambda feedback: feedback is None)
+    """Code rows as multi-turn episodes with test feedback (docs/multi-turn.md): a failing attempt is
+    answered with what failed and the model tries again, up to `environment.max_attempts`; the last
+    attempt is rewarded by the code verifier; only the sampled tokens are trained. None: single-turn."""
     rollout: RolloutConfig = RolloutConfig()
     """Rollouts beside the trainer: how far ahead of it they may run."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)

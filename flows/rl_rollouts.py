@@ -102,10 +102,10 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     rollout_start = time.time()
     sampling = config.sampling.model_copy(update={"seed": seed})
     episode_counts: dict[str, float] = {}
-    if config.math_tool is None:
+    if config.math_tool is None and config.code_feedback is None:
         samples, _ = generate(engine, prompts, sampling)
     else:
-        samples, episode_counts = _tool_samples(config, tokenizer, engine, rows, prompts, sampling)
+        samples, episode_counts = _episode_samples(config, tokenizer, engine, rows, prompts, sampling)
     scoring_start = time.time()
     rewards, valid, counts, judged, verdicts = score_rollouts(rows, samples, config.reward.verifiers, judges)
     counts = counts | episode_counts
@@ -116,24 +116,39 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     return groups, consumed, counts, spans, judged
 
 
-def _tool_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, rows: list[dict], prompts: list[str],
-                  sampling: SamplingConfig) -> tuple[list[list[Sample]], dict[str, float]]:
-    """(samples per row, the episodes' counts) with config.math_tool: math rows as episodes with the Python tool
-    (training/episodes/, under the tool's system message instead of system_prompt), the others
-    single-turn as without it. An episode's sample holds its tokens after the prompt with their loss
-    mask, and its text is the last turn's, which the math verifier scores as a single-turn answer."""
+def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, rows: list[dict], prompts: list[str],
+                     sampling: SamplingConfig) -> tuple[list[list[Sample]], dict[str, float]]:
+    """(samples per row, the episodes' counts) with config.math_tool and/or config.code_feedback: math rows as
+    episodes with the Python tool, code rows with test feedback (training/episodes/, under the
+    environment's system message instead of system_prompt), the others single-turn as without them. An
+    episode's sample holds its tokens after the prompt with their loss mask, and its text is the last
+    turn's, which the task's verifier scores as a single-turn answer."""
     from passband.tasks.steps.rollout import generate
+    from passband.training.episodes.code_feedback import CodeFeedbackEnvironment
     from passband.training.episodes.groups import episode_counts, episode_groups
     from passband.training.episodes.math_python import MathPythonEnvironment
 
-    environment = MathPythonEnvironment(config.math_tool.environment, config.reward.verifiers.math)
-    math = [i for i, row in enumerate(rows) if row["task"] == "math"]
-    other = [i for i, row in enumerate(rows) if row["task"] != "math"]
-    episodes, results = episode_groups(engine, tokenizer, [rows[i] for i in math], environment.open, sampling,
-                                       config.math_tool.budget)
+    environments = {}  # task -> (environment, budget)
+    if config.math_tool is not None:
+        environments["math"] = (MathPythonEnvironment(config.math_tool.environment, config.reward.verifiers.math),
+                                config.math_tool.budget)
+    if config.code_feedback is not None:
+        environments["code"] = (CodeFeedbackEnvironment(config.code_feedback.environment, config.reward.verifiers.code),
+                                config.code_feedback.budget)
+    by_row, counts = {}, {}
+    for task, (environment, budget) in environments.items():
+        mine = [i for i, row in enumerate(rows) if row["task"] == task]
+        if mine:
+            episodes, results = episode_groups(engine, tokenizer, [rows[i] for i in mine], environment.open, sampling,
+                                               budget)
+            by_row |= dict(zip(mine, episodes))
+            task_counts = episode_counts(task, results)
+            counts |= task_counts | {"episode_env_seconds": counts.get("episode_env_seconds", 0.0)
+                                     + task_counts["episode_env_seconds"]}
+    other = [i for i in range(len(rows)) if i not in by_row]
     single, _ = generate(engine, [prompts[i] for i in other], sampling) if other else ([], 0.0)
-    by_row = dict(zip(math, episodes)) | dict(zip(other, single))
-    return [by_row[i] for i in range(len(rows))], episode_counts("math", results)
+    by_row |= dict(zip(other, single))
+    return [by_row[i] for i in range(len(rows))], counts
 
 
 def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:

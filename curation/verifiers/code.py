@@ -150,7 +150,11 @@ def _run_cases(code: str, cases: list[dict], limits: SandboxLimits) -> VerifyRes
 
 
 def _failure(outcome: SandboxOutcome) -> str:
-    """Exit status and the last line of stderr (usually the exception), kept short."""
+    """Exit status and the last line of stderr (usually the exception), kept short, and the source line
+    the traceback points at when it shows one (the failing assert: what code feedback shows the model)."""
     lines = outcome.stderr.strip().splitlines()
     last_line = lines[-1][:200] if lines else ""
-    return f"exit {outcome.returncode}: {last_line}"
+    # a traceback frame's source is indented 4 spaces; 3.11+ may add a line of carets under it
+    source = [line.strip() for line in lines[:-1] if line.startswith("    ") and line.strip().strip("^~ ")]
+    where = f" at `{source[-1][:200]}`" if source else ""
+    return f"exit {outcome.returncode}: {last_line}{where}"
