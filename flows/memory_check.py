@@ -84,9 +84,12 @@ def estimates(config: BaseModel, where: str = "", ask_hub: bool = False,
                 yield from estimates(value, f"{where}.{name}" if where else name, ask_hub, target)
 
 
-def memory_problems(config: BaseModel) -> list[str]:
-    """The preflight's lines: a trainer that cannot fit its device (nothing is asked of the network)."""
-    return [e.problem() for e in estimates(config) if isinstance(e, Estimate) and e.problem()]
+def memory_check(config: BaseModel) -> tuple[list[str], list[str]]:
+    """The preflight's lines (nothing is asked of the network): (problems: a trainer that cannot fit its
+    device, notes: a trainer whose model's shape is not known here, so it goes unchecked)."""
+    found = list(estimates(config))
+    return ([e.problem() for e in found if isinstance(e, Estimate) and e.problem()],
+            [e for e in found if isinstance(e, str)])
 
 
 def device_bytes(device: Any, target: Target | None = None) -> int:

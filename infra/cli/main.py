@@ -97,13 +97,14 @@ def checked_sources(config):
     """`config` once the preflight found its data sources readable (tasks/steps/preflight.py) and
     its trainers fitting their devices (flows/memory_check.py): each problem on a line of its
     own and exit 2; notes (rows that will be quarantined) on stderr."""
-    from passband.flows.memory_check import memory_problems
+    from passband.flows.memory_check import memory_check
     from passband.tasks.steps.preflight import preflight
 
     found = preflight(config)
-    for note in found.notes:
+    memory_problems, memory_notes = memory_check(config)
+    for note in found.notes + memory_notes:
         click.echo(f"note: {note}", err=True)
-    problems = found.problems + memory_problems(config)
+    problems = found.problems + memory_problems
     if problems:
         raise UserError("preflight: " + "\npreflight: ".join(problems))
     return config
