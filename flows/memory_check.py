@@ -1,9 +1,10 @@
 """Will this config's trainers fit their device? The memory model (training/memory_model.py) applied
 to a resolved config, before any model loads.
 
-`passband config` and `passband run` refuse a trainer whose estimated peak exceeds its device (the
-GPU's memory on CUDA, the host's RAM on the CPU) in one line naming the stage and the biggest parts;
-`passband doctor FLOW ...` prints the whole estimate. Each trainer is checked on the device its
+`passband run` refuses a trainer whose estimated peak exceeds its device here (the GPU's memory
+on CUDA, the host's RAM on the CPU) in one line naming the stage and the settings that would help;
+`passband doctor FLOW ...` prints the whole estimate; `passband config` does neither (a config may
+be meant for another machine). A pipeline stage placed on a work pool is left to that pool. Each trainer is checked on the device its
 `device` setting resolves to on this machine, at the precision `precision` resolves to there.
 
 What the estimate assumes: every micro-batch's sequences as long as the engine accepts
@@ -86,10 +87,19 @@ def estimates(config: BaseModel, where: str = "", ask_hub: bool = False,
 
 def memory_check(config: BaseModel) -> tuple[list[str], list[str]]:
     """The preflight's lines (nothing is asked of the network): (problems: a trainer that cannot fit its
-    device, notes: a trainer whose model's shape is not known here, so it goes unchecked)."""
-    found = list(estimates(config))
-    return ([e.problem() for e in found if isinstance(e, Estimate) and e.problem()],
-            [e for e in found if isinstance(e, str)])
+    device here, notes: a trainer whose model's shape is not known here, or whose stage a pipeline
+    places on a work pool, so it goes unchecked here)."""
+    placed = getattr(config, "placement", {})
+    problems, notes = [], []
+    for found in estimates(config):
+        if isinstance(found, str):
+            notes.append(found)
+        elif found.where.split(".")[0] in placed:
+            notes.append(f"{found.where}: runs on work pool {placed[found.where.split('.')[0]]!r}, not checked here "
+                         f"(`passband doctor` with --gpu-gib sizes it for that pool's GPU)")
+        elif found.problem():
+            problems.append(found.problem())
+    return problems, notes
 
 
 def device_bytes(device: Any, target: Target | None = None) -> int:

@@ -116,8 +116,8 @@ def test_a_null_entry_removes_it_and_stays_removed_through_passband_config(flow:
         args = ["config", flow, *(["--preset", preset] if preset else []), "--set", removal]
         printed = CliRunner().invoke(main, args)
         assert printed.exit_code == 0, printed.output
-        assert yaml.safe_load(printed.output) is not None
-        saved = _saved(printed.output)
+        assert yaml.safe_load(printed.stdout) is not None
+        saved = _saved(printed.stdout)
         assert resolve_config(load_flow(flow)[1], flow, None, saved) == expected, (flow, preset, removal)
 
 

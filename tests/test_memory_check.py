@@ -95,3 +95,18 @@ def test_weights_in_memory_need_the_engine_in_process(overrides: list[str], miss
     with pytest.raises(ConfigError, match=f"weight_transfer: memory needs .*{missing}"):
         config_of("rl", "demo", ["engine.weight_transfer=memory", *overrides])
     assert isinstance(config_of("rl", "demo"), RLConfig)
+
+
+def test_a_stage_placed_on_a_work_pool_is_left_to_it() -> None:
+    """`passband run pipeline` with SFT placed on a GPU pool: SFT's misfit on this machine is a note, not
+    a refusal (it runs there); RL, which runs here, is still checked."""
+    from passband.flows.memory_check import memory_check
+
+    too_big = ["model=Qwen/Qwen2.5-7B-Instruct", "sft.stages.0.device=cpu", "sft.stages.0.precision=fp32",
+               "sft.stages.0.micro_batch_tokens=1048576", "sft.stages.0.batch_tokens=1048576", "rl.algo.device=cpu",
+               "rl.algo.precision=fp32", "rl.algo.micro_batch_size=64", "rl.engine.max_model_len=8192"]
+    problems, _ = memory_check(config_of("pipeline", None, too_big))
+    assert [p.split(":")[0] for p in problems] == ["sft.stages.0", "rl"]
+    problems, notes = memory_check(config_of("pipeline", None, [*too_big, "placement.sft=passband-gpu"]))
+    assert [p.split(":")[0] for p in problems] == ["rl"]
+    assert "sft.stages.0: runs on work pool 'passband-gpu', not checked here" in notes[0]

@@ -173,7 +173,7 @@ CASES = [
     # -- a trainer that cannot fit its device (flows/memory_check.py): a 7B model in full fp32
     # fine-tuning, 64 sequences of 8192 tokens per micro-batch without activation checkpointing, needs
     # tens of TiB whatever the machine; refused before anything loads (the model is not even local)
-    pytest.param(BASE_FILES, ["config", "rl", "--set", "model=Qwen/Qwen2.5-7B-Instruct", "--set", "algo.device=cpu",
+    pytest.param(BASE_FILES, ["run", "rl", "--set", "model=Qwen/Qwen2.5-7B-Instruct", "--set", "algo.device=cpu",
                               "--set", "algo.precision=fp32", "--set", "algo.activation_checkpointing=false",
                               "--set", "algo.micro_batch_size=64", "--set", "engine.max_model_len=8192"], 2,
                  ["preflight: rl: Qwen/Qwen2.5-7B-Instruct needs about", "GiB at its peak (training) of the cpu device's",
@@ -181,12 +181,16 @@ CASES = [
                   "try a smaller rl.algo.micro_batch_size, rl.algo.activation_checkpointing: true, rl.algo.attention: "
                   "sdpa, rl.algo.lora or a device with more memory"],
                  id="rl-trainer-cannot-fit-its-device"),
-    pytest.param(BASE_FILES, ["config", "pipeline", "--set", "model=Qwen/Qwen2.5-7B-Instruct",
+    pytest.param(BASE_FILES, ["run", "pipeline", "--set", "model=Qwen/Qwen2.5-7B-Instruct",
                               "--set", "sft.stages.0.device=cpu", "--set", "sft.stages.0.precision=fp32",
                               "--set", "sft.stages.0.micro_batch_tokens=1048576",
                               "--set", "sft.stages.0.batch_tokens=1048576"], 2,
                  ["preflight: sft.stages.0: Qwen/Qwen2.5-7B-Instruct needs about", "1048576 tokens per micro-batch"],
                  id="sft-stage-cannot-fit-its-device"),
+    # `passband config` prints it: the config may be meant for a bigger machine (`doctor` sizes it)
+    pytest.param(BASE_FILES, ["config", "rl", "--set", "model=Qwen/Qwen2.5-7B-Instruct", "--set", "algo.device=cpu",
+                              "--set", "algo.micro_batch_size=64", "--set", "engine.max_model_len=8192"], 0,
+                 ["model: Qwen/Qwen2.5-7B-Instruct"], id="config-prints-a-setup-too-big-for-here"),
 ]
 
 

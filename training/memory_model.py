@@ -1,7 +1,7 @@
 """How much device memory a trainer and a colocated engine take: the written memory model (issue 50 item 5).
 
-Pure arithmetic over a model's shape and the run's settings, so `passband config`, `passband run`
-and `passband doctor` can say before anything loads whether a setup fits its device.
+Pure arithmetic over a model's shape and the run's settings, so `passband run` and `passband doctor`
+can say before anything loads whether a setup fits its device.
 
 Trainer state, bytes per parameter: fp32 weights (4), their gradients (4) and AdamW's two moments
 (8): 16 in full fine-tuning, in fp32 and under bf16 autocast alike (autocast keeps fp32 master

@@ -81,8 +81,12 @@ def config_options(command):
     return click.argument("flow_name", metavar="FLOW")(command)
 
 
-def resolve(flow_name: str, preset: str | None, config_files: tuple[Path, ...], overrides: tuple[str, ...]):
-    """(flow function, resolved config): the one resolution `run` and `config` share."""
+def resolve(flow_name: str, preset: str | None, config_files: tuple[Path, ...], overrides: tuple[str, ...],
+            runs_here: bool = True):
+    """(flow function, resolved config): the one resolution `run` and `config` share. `runs_here`: the
+    config is about to run on this machine (`run`), so a trainer that cannot fit its device here
+    stops it; `config` leaves that to `run` and `doctor` (the config may be meant for another machine,
+    and sizing a device needs torch, which `config` does not load)."""
     from passband.flows.config import ConfigError, resolve_config
 
     flow_fn, config_cls = load_flow(flow_name)
@@ -90,18 +94,19 @@ def resolve(flow_name: str, preset: str | None, config_files: tuple[Path, ...], 
         config = resolve_config(config_cls, flow_name, preset, config_files, list(overrides))
     except ConfigError as err:
         raise UserError(str(err)) from err
-    return flow_fn, checked_sources(config)
+    return flow_fn, checked_sources(config, runs_here)
 
 
-def checked_sources(config):
-    """`config` once the preflight found its data sources readable (tasks/steps/preflight.py) and
-    its trainers fitting their devices (flows/memory_check.py): each problem on a line of its
-    own and exit 2; notes (rows that will be quarantined) on stderr."""
+def checked_sources(config, runs_here: bool = True):
+    """`config` once the preflight found its data sources readable (tasks/steps/preflight.py) and,
+    when it `runs_here`, its trainers fitting their devices on this machine (flows/memory_check.py):
+    each problem on a line of its own and exit 2; notes (rows that will be quarantined, trainers not
+    checked) on stderr."""
     from passband.flows.memory_check import memory_check
     from passband.tasks.steps.preflight import preflight
 
     found = preflight(config)
-    memory_problems, memory_notes = memory_check(config)
+    memory_problems, memory_notes = memory_check(config) if runs_here else ([], [])
     for note in found.notes + memory_notes:
         click.echo(f"note: {note}", err=True)
     problems = found.problems + memory_problems
@@ -181,7 +186,7 @@ def config_command(flow_name: str, preset: str | None, config_files: tuple[Path,
         click.echo(render_schema(load_flow(flow_name)[1]), nl=False)
         click.echo()
         return
-    click.echo(render_config(resolve(flow_name, preset, config_files, overrides)[1]), nl=False)
+    click.echo(render_config(resolve(flow_name, preset, config_files, overrides, runs_here=False)[1]), nl=False)
 
 
 @main.command()
