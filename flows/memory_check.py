@@ -11,7 +11,7 @@ What the estimate assumes: every micro-batch's sequences as long as the engine a
 (`engine.max_model_len`) for RL, `micro_batch_tokens` for SFT; one process (torchrun ranks hold
 1/N of the weights, gradients and AdamW each, FSDP2's full shard); RL's in-process engine on the
 trainer's device (asleep during the update where `engine.sleep_while_training` resolves on), an
-engine in its own process on the same device unless the config places it elsewhere.
+engine in its own process on the same device too, and none with `rollout.workers: task_workers`.
 """
 
 from __future__ import annotations
@@ -146,7 +146,9 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
         kv_gib = num_sequences * engine.max_model_len * kv_bytes_per_token(shape, dtype) / 2**30
     else:
         kv_gib = engine.kv_cache_gib
-    engine_on_device = engine_bytes(shape, dtype, total, engine.memory_fraction, kv_gib)
+    # rollouts on task workers sample on the workers' devices: nothing of the engine beside the trainer
+    local = config.rollout.workers == "local"
+    engine_on_device = engine_bytes(shape, dtype, total, engine.memory_fraction, kv_gib) if local else 0
     sleeps = engine.kind == "vllm" and engine.sleeps_while_training(cuda)
     fit = colocated_fit(trainer, engine_on_device, f"{device.type} device", total, sleeps)
     assumptions = (f"{algo.micro_batch_size} sequences x {engine.max_model_len} tokens per micro-batch, {precision}, "

@@ -110,3 +110,13 @@ def test_a_stage_placed_on_a_work_pool_is_left_to_it() -> None:
     problems, notes = memory_check(config_of("pipeline", None, [*too_big, "placement.sft=passband-gpu"]))
     assert [p.split(":")[0] for p in problems] == ["rl"]
     assert "sft.stages.0: runs on work pool 'passband-gpu', not checked here" in notes[0]
+
+
+def test_rollouts_on_workers_leave_the_trainer_its_device() -> None:
+    """With rollout.workers: task_workers the engines are the workers': the rollout phase holds the trainer's
+    persistent state alone."""
+    (local,) = estimates(config_of("rl", "gpu"), target=GPU_80)
+    (workers,) = estimates(config_of("rl", "gpu", ["rollout.workers=task_workers", "engine.weight_transfer=disk"]),
+                           target=GPU_80)
+    assert workers.fit.phases["rollout"] == workers.trainer.persistent == local.trainer.persistent
+    assert local.fit.phases["rollout"] == local.trainer.persistent + int(0.4 * 80 * GIB)
