@@ -203,6 +203,7 @@ class Evaluator:
 
     def _headline(self, label: str, step: int, state: RLState) -> dict[str, float]:
         from passband.flows.rl_ahead import VersionedEngine
+        from passband.flows.rl_rollouts import episode_setups
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
         from passband.training.rl.timeline import Span
 
@@ -211,7 +212,8 @@ class Evaluator:
         with self.engine.at(step, "evaluator") if versioned else nullcontext(self.engine) as engine:
             start = time.time()
             evaluation = run_evaluation(engine, self.eval_sets, self.config.eval.sampling, self.config.eval.verifiers,
-                                        self.model_dir, self.config.system_prompt, self.judges)
+                                        self.model_dir, self.config.system_prompt, self.judges,
+                                        episode_setups(self.config, self.config.eval.verifiers))
         state.timeline += [*(self.engine.take_loads("evaluator") if versioned else []),
                            Span("evaluator", "eval", start, time.time())]
         headline = log_evaluation(evaluation, label, step, self.run_id)

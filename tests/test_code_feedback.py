@@ -61,3 +61,21 @@ def test_code_rows_roll_out_as_feedback_episodes():
     feedback = len(batch.response_ids[0]) - len(turns[0]) - len(turns[1])
     assert feedback > 0 and batch.response_ids[0][:len(turns[0])] == turns[0]
     assert batch.loss_mask[0] == [1] * len(turns[0]) + [0] * feedback + [1] * len(turns[1])
+
+
+def test_held_out_evaluation_scores_whole_episodes():
+    """RL's held-out evaluation with code_feedback on: each sample is an episode (wrong, then right), its last
+    turn verified (pass@1 = 1), its rows carrying the turns, and the set's mean turns and tool calls."""
+    from passband.flows.rl_rollouts import episode_setups
+    from passband.training.evaluation.evaluate import episode_means, evaluate
+
+    tokenizer = tiny_tokenizer()
+    policy = ScriptedPolicy({}, default=[list(WRONG.encode()) + [IM_END], list(RIGHT.encode()) + [IM_END]])
+    config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), code_feedback=CodeFeedbackConfig())
+    row = ROW | {"subdomain": "arithmetic"}
+    evaluation = evaluate(policy, {"code": [row]}, SamplingConfig(n=2, max_tokens=200), config.reward.verifiers,
+                          tokenizer, episodes=episode_setups(config, config.reward.verifiers))
+    assert [(r["status"], r["num_turns"], r["num_tool_calls"], r["text"]) for r in evaluation.rows] == \
+        [("pass", 2, 0, RIGHT)] * 2
+    assert evaluation.headline()["code/pass@1"] == 1.0
+    assert episode_means(evaluation.rows) == {"code/mean_turns": 2.0, "code/mean_tool_calls": 0.0}

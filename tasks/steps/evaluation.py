@@ -18,7 +18,7 @@ from prefect.cache_policies import NONE
 from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.source import ProblemSource
 from passband.training.engines import RolloutEngine, SamplingConfig
-from passband.training.evaluation.evaluate import Evaluation, evaluate
+from passband.training.evaluation.evaluate import Evaluation, episode_means, evaluate
 
 
 def eval_sets_from(
@@ -86,13 +86,15 @@ def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any
 def run_evaluation(
     engine: RolloutEngine, sets: dict[str, list[dict[str, Any]]], sampling: SamplingConfig,
     verifiers: VerifierSettings, model_dir: str, system_prompt: str | None = None,
-    judges: dict[str, Any] | None = None,
+    judges: dict[str, Any] | None = None, episodes: dict[str, Any] | None = None,
 ) -> Evaluation:
     """`evaluate` the engine's CURRENT weights on `sets`; `model_dir` supplies the chat template;
-    `judges` (task -> training.judge Judge) score those tasks' samples."""
+    `judges` (task -> training.judge Judge) score those tasks' samples; `episodes` (task -> how its
+    episodes open, their budget) evaluates those tasks as multi-turn episodes."""
     from passband.training.model_source import load_tokenizer
 
-    return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir)), system_prompt, judges)
+    return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir)), system_prompt, judges,
+                    episodes)
 
 
 EVAL_PREFIX = "eval"
@@ -108,8 +110,8 @@ def log_evaluation(evaluation: Evaluation, label: str, step: int, run_id: str) -
     from passband.tasks.reporting import tracking
 
     headline = evaluation.headline()
-    tracking.log_metrics({f"{EVAL_PREFIX}/{name}": value for name, value in (evaluation.report.metrics() | headline).items()},
-                         step=step, run_id=run_id)
+    logged = evaluation.report.metrics() | headline | episode_means(evaluation.rows)  # mean turns, tool calls
+    tracking.log_metrics({f"{EVAL_PREFIX}/{name}": value for name, value in logged.items()}, step=step, run_id=run_id)
     with tempfile.TemporaryDirectory(prefix="passband-eval-") as tmp:
         path = Path(tmp) / f"{label.replace('/', '_')}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in evaluation.rows))

@@ -15,12 +15,14 @@ rows of programmatically verified tasks).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from passband.curation.catalog import VerifierSettings
 from passband.training.chat import render_prompt
 from passband.training.engines import RolloutEngine, SamplingConfig
+from passband.training.episodes.groups import episode_groups
 from passband.training.evaluation.report import EvalReport, build_report
 from passband.training.judge.judge import Judge
 from passband.training.judge.score import judgement_columns, score_groups
@@ -63,6 +65,10 @@ def problem_key(set_name: str, row: dict[str, Any]) -> str:
     return f"{set_name}/{row['id']}"
 
 
+EpisodeSetup = tuple[Callable[[dict[str, Any]], Any], Any]
+"""(open an episode of a row, its EpisodeBudget): how a multi-turn task's rows are evaluated (training/episodes/)."""
+
+
 def evaluate(
     engine: RolloutEngine,
     sets: dict[str, list[dict[str, Any]]],
@@ -71,6 +77,7 @@ def evaluate(
     tokenizer: Any,
     system_prompt: str | None = None,
     judges: dict[str, Judge] | None = None,
+    episodes: dict[str, EpisodeSetup] | None = None,
 ) -> Evaluation:
     """Sample `sampling.n` completions per problem of every set with `engine`, verify each with
     its problem's task verifier, and report pass@1..pass@n per set and sub-domain.
@@ -82,12 +89,28 @@ def evaluate(
     on a task worker, and in a k-curve subset (with vLLM, whose sample j is seeded seed + j for any
     n, the subset's first n samples are the evaluation's n; the evaluate flow takes them from it).
     `judges` (task -> Judge) score those tasks' samples by a model instead of their verifier.
+    `episodes` (task -> EpisodeSetup): those tasks' problems run as multi-turn episodes, each sample an
+    episode whose last turn is verified (pass@k over episodes), its rows holding `num_turns` and
+    `num_tool_calls` (`episode_means`); the other tasks' problems stay single-turn.
     """
     if not sets or any(not rows for rows in sets.values()):
         raise ValueError(f"evaluate needs non-empty eval sets, got sizes { {name: len(rows) for name, rows in sets.items()} }")
     problems = [(name, row) for name, rows in sets.items() for row in rows]
-    prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for _, row in problems]
-    samples = engine.generate(prompts, sampling, prompt_keys=[problem_key(name, row) for name, row in problems])
+    episodes = episodes or {}
+    single = [i for i, (_, row) in enumerate(problems) if row["task"] not in episodes]
+    prompts = [render_prompt(tokenizer, problems[i][1]["prompt"], system_prompt) for i in single]
+    keys = [problem_key(*problems[i]) for i in single]
+    by_index = dict(zip(single, engine.generate(prompts, sampling, prompt_keys=keys) if single else []))
+    counts: dict[tuple[int, int], tuple[int, int]] = {}  # (problem, sample) -> (turns, tool calls)
+    for task, (open_episode, budget) in episodes.items():
+        mine = [i for i, (_, row) in enumerate(problems) if row["task"] == task]
+        if mine:
+            groups, results = episode_groups(engine, tokenizer, [problems[i][1] for i in mine], open_episode, sampling,
+                                             budget)
+            by_index |= dict(zip(mine, groups))
+            counts |= {(i, j): (result.num_turns, result.num_tool_calls)
+                       for i, group in zip(mine, results) for j, result in enumerate(group)}
+    samples = [by_index[i] for i in range(len(problems))]
     verdicts, judgements = score_groups(
         [row["task"] for _, row in problems], [row["prompt"] for _, row in problems],
         [row["reference"] for _, row in problems], [[sample.text for sample in group] for group in samples],
@@ -99,7 +122,19 @@ def evaluate(
          "num_tokens": len(sample.token_ids), "token_ids": list(sample.token_ids),
          "prompt_token_ids": list(sample.prompt_token_ids)}
         | (judgement_columns(judgements.get((i, j))) if judges else {})
+        | ({"num_turns": counts[i, j][0], "num_tool_calls": counts[i, j][1]} if (i, j) in counts else {})
         for i, ((name, row), group, results) in enumerate(zip(problems, samples, verdicts, strict=True))
         for j, (sample, verdict) in enumerate(zip(group, results, strict=True))
     ]
     return evaluation_of(rows)
+
+
+def episode_means(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """`<eval set>/mean_turns` and `<eval set>/mean_tool_calls` over the samples of each set evaluated as
+    episodes (none for single-turn sets)."""
+    by_set: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if "num_turns" in row:
+            by_set.setdefault(row["eval_set"], []).append(row)
+    return {f"{name}/mean_{field}": sum(r[f"num_{field}"] for r in kept) / len(kept)
+            for name, kept in by_set.items() for field in ("turns", "tool_calls")}
