@@ -15,6 +15,8 @@ from passband.flows.eval_config import EvalConfig
 from passband.tasks.sampling.eval_shards import EvalShardsConfig
 from passband.training.evaluation.k_curve import KCurveConfig
 from passband.tasks.stages.summary import RunSummary
+from passband.training.episodes.code_feedback import CodeFeedbackConfig
+from passband.training.episodes.math_python import MathToolConfig
 
 if TYPE_CHECKING:
     from passband.training.evaluation.evaluate import Evaluation
@@ -67,6 +69,14 @@ class EvaluateConfig(EvalConfig):
     not SFT."""
     gap_k: int | None = Field(None, ge=1)
     """k of the sampling-efficiency gap pass@k(baseline) - pass@1(model); None: k = sampling.n."""
+    math_tool: MathToolConfig | None = Field(None, exclude_if=lambda tool: tool is None)
+    """Math sets as multi-turn episodes with the Python tool, as RL's `math_tool` rolls them out
+    (docs/multi-turn.md): pass@k over episodes, each graded on its answer turn, and
+    `<set>/mean_turns`, `<set>/mean_tool_calls` beside it. None: single-turn. Evaluate a checkpoint
+    both ways to see what the tool adds."""
+    code_feedback: CodeFeedbackConfig | None = Field(None, exclude_if=lambda feedback: feedback is None)
+    """Code sets (HumanEval included) as multi-turn episodes with test feedback, as RL's
+    `code_feedback`: pass@k over episodes, graded on the last attempt. None: single-turn."""
     force: bool = False
     """Recompute even if this exact evaluation completed before (stage cache)."""
 
@@ -80,6 +90,9 @@ class EvaluateConfig(EvalConfig):
         if self.judges and self.shards.workers == "task_workers":
             raise ValueError("judges score samples on this process's judge engines; set shards.workers=local "
                              "(task-worker shards are keyed and verified without a judge)")
+        if (self.math_tool or self.code_feedback) and self.shards.workers == "task_workers":
+            raise ValueError("math_tool / code_feedback episodes run turn by turn on this process's engine; set "
+                             "shards.workers=local (task-worker shards sample single-turn rows)")
         if self.k_curve and self.k_curve.n < self.sampling.n:
             raise ValueError(f"k_curve.n={self.k_curve.n} is below sampling.n={self.sampling.n}: the evaluation takes "
                              "its samples of the k-curve's problems from the k-curve; raise k_curve.n")
@@ -210,9 +223,11 @@ def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict
     from passband.tasks.sampling.eval_shards import evaluate_on_task_workers
     from passband.tasks.steps.evaluation import run_evaluation
     from passband.training.engines.keeper import ENGINES
+    from passband.training.episodes.setups import episode_setups
 
     if config.shards.workers == "task_workers":
         return evaluate_on_task_workers(model_ref, model_dir, config.engine, sets, sampling, config.verifiers,
                                         config.system_prompt, config.shards)
     return run_evaluation(ENGINES.engine(config.engine, model_dir), sets, sampling, config.verifiers, model_dir,
-                          config.system_prompt, judges)
+                          config.system_prompt, judges,
+                          episode_setups(config.math_tool, config.code_feedback, config.verifiers))

@@ -203,8 +203,8 @@ class Evaluator:
 
     def _headline(self, label: str, step: int, state: RLState) -> dict[str, float]:
         from passband.flows.rl_ahead import VersionedEngine
-        from passband.flows.rl_rollouts import episode_setups
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
+        from passband.training.episodes.setups import episode_setups
         from passband.training.rl.timeline import Span
 
         # shared with the rollout thread (max_off_policy_steps >= 1): borrowed, at the weights of `step`
@@ -213,7 +213,8 @@ class Evaluator:
             start = time.time()
             evaluation = run_evaluation(engine, self.eval_sets, self.config.eval.sampling, self.config.eval.verifiers,
                                         self.model_dir, self.config.system_prompt, self.judges,
-                                        episode_setups(self.config, self.config.eval.verifiers))
+                                        episode_setups(self.config.math_tool, self.config.code_feedback,
+                                                       self.config.eval.verifiers))
         state.timeline += [*(self.engine.take_loads("evaluator") if versioned else []),
                            Span("evaluator", "eval", start, time.time())]
         headline = log_evaluation(evaluation, label, step, self.run_id)

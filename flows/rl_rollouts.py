@@ -125,9 +125,11 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     turn's, which the task's verifier scores as a single-turn answer."""
     from passband.tasks.steps.rollout import generate
     from passband.training.episodes.groups import episode_counts, episode_groups
+    from passband.training.episodes.setups import episode_setups
 
     by_row, counts = {}, {}
-    for task, (open_episode, budget) in episode_setups(config, config.reward.verifiers).items():
+    for task, (open_episode, budget) in episode_setups(config.math_tool, config.code_feedback,
+                                                       config.reward.verifiers).items():
         mine = [i for i, row in enumerate(rows) if row["task"] == task]
         if mine:
             episodes, results = episode_groups(engine, tokenizer, [rows[i] for i in mine], open_episode, sampling,
@@ -140,22 +142,6 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     single, _ = generate(engine, [prompts[i] for i in other], sampling) if other else ([], 0.0)
     by_row |= dict(zip(other, single))
     return [by_row[i] for i in range(len(rows))], counts
-
-
-def episode_setups(config: RLConfig, verifiers: Any) -> dict[str, Any]:
-    """Task -> (open an episode of a row, its budget) for the tasks `config` rolls out as episodes
-    (math_tool, code_feedback), graded with `verifiers` (the rollouts' or the evaluation's settings)."""
-    from passband.training.episodes.code_feedback import CodeFeedbackEnvironment
-    from passband.training.episodes.math_python import MathPythonEnvironment
-
-    setups = {}
-    if config.math_tool is not None:
-        setups["math"] = (MathPythonEnvironment(config.math_tool.environment, verifiers.math).open,
-                          config.math_tool.budget)
-    if config.code_feedback is not None:
-        setups["code"] = (CodeFeedbackEnvironment(config.code_feedback.environment, verifiers.code).open,
-                          config.code_feedback.budget)
-    return setups
 
 
 def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:

@@ -66,7 +66,7 @@ def test_code_rows_roll_out_as_feedback_episodes():
 def test_held_out_evaluation_scores_whole_episodes():
     """RL's held-out evaluation with code_feedback on: each sample is an episode (wrong, then right), its last
     turn verified (pass@1 = 1), its rows carrying the turns, and the set's mean turns and tool calls."""
-    from passband.flows.rl_rollouts import episode_setups
+    from passband.training.episodes.setups import episode_setups
     from passband.training.evaluation.evaluate import episode_means, evaluate
 
     tokenizer = tiny_tokenizer()
@@ -74,7 +74,7 @@ def test_held_out_evaluation_scores_whole_episodes():
     config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), code_feedback=CodeFeedbackConfig())
     row = ROW | {"subdomain": "arithmetic"}
     evaluation = evaluate(policy, {"code": [row]}, SamplingConfig(n=2, max_tokens=200), config.reward.verifiers,
-                          tokenizer, episodes=episode_setups(config, config.reward.verifiers))
+                          tokenizer, episodes=episode_setups(config.math_tool, config.code_feedback, config.reward.verifiers))
     assert [(r["status"], r["num_turns"], r["num_tool_calls"], r["text"]) for r in evaluation.rows] == \
         [("pass", 2, 0, RIGHT)] * 2
     assert evaluation.headline()["code/pass@1"] == 1.0

@@ -155,8 +155,11 @@ def commit_evaluation(evaluations: dict[str, Evaluation], eval_sets: dict[str, l
     reports = {label: evaluation.report for label, evaluation in evaluations.items()}
     report_table = pa.Table.from_pylist(
         [{"checkpoint": label, **row} for label, report in reports.items() for row in report.table()])
-    samples_table = pa.Table.from_pylist(
-        [{"checkpoint": label, **row} for label, evaluation in evaluations.items() for row in evaluation.rows])
+    samples = [{"checkpoint": label, **row} for label, evaluation in evaluations.items() for row in evaluation.rows]
+    # every row's columns (from_pylist would keep the first row's only): episode rows carry their
+    # turns and tool calls, single-turn rows of other sets get nulls there
+    columns = list(dict.fromkeys(key for row in samples for key in row))
+    samples_table = pa.Table.from_pylist([{key: row.get(key) for key in columns} for row in samples])
     report_uri = commit_table(report_table, f"evaluations/{run_id}/report", "evaluate", resolved)
     samples_uri = commit_table(samples_table, f"evaluations/{run_id}/samples", "evaluate", resolved)
     with tempfile.TemporaryDirectory(prefix="passband-eval-") as tmp:

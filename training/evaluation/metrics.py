@@ -10,7 +10,7 @@ model forward) and merged in there.
 
 from __future__ import annotations
 
-from passband.training.evaluation.evaluate import Evaluation
+from passband.training.evaluation.evaluate import Evaluation, episode_means
 from passband.training.evaluation.grading import score_error_metrics
 from passband.training.evaluation.k_curve import KCurveConfig, curve_ks, k_curve_metrics
 from passband.training.evaluation.report import compare_rows, sampling_efficiency_gap
@@ -33,9 +33,10 @@ def length_metrics(rows: list[dict]) -> dict[str, float]:
 
 
 def evaluation_metrics(evaluation: Evaluation, sets: dict[str, list[dict]] | None = None) -> dict[str, float]:
-    """One evaluation's report metrics and length statistics, and with the eval `sets` it scored
-    (their references), a verifier's score error on proof-grading sets (training/evaluation/grading.py)."""
-    return {**evaluation.report.metrics(), **length_metrics(evaluation.rows),
+    """One evaluation's report metrics and length statistics, mean turns and tool calls of the sets
+    evaluated as episodes, and with the eval `sets` it scored (their references), a verifier's score
+    error on proof-grading sets (training/evaluation/grading.py)."""
+    return {**evaluation.report.metrics(), **length_metrics(evaluation.rows), **episode_means(evaluation.rows),
             **(score_error_metrics(evaluation.rows, sets) if sets else {})}
 
 
