@@ -26,12 +26,16 @@ SFT_COLUMNS = (
     "generator", "origin", "checkpoint", "teacher", "pass_rate", "band", "npass", "num_samples",
     "sample_index", "status", "finish_reason", "num_tokens", "verdict_consistency",
     "verdict_execution", "verdict_math", "verdict_structure", "consistency_detail",
-    "structure_detail", "perplexity",
+    "structure_detail", "perplexity", "input_ids", "loss_mask",
 )
-"""Columns of the SFT sets, in order."""
+"""Columns of the SFT sets, in order. `input_ids` and `loss_mask` hold a multi-turn episode's exact
+tokens (the opening prompt, then sampled and environment tokens) and the mask that is 1 on the
+sampled ones: SFT trains on those tokens as they are (training/sft/data.py). Null on a single-turn
+trace, which SFT chat-encodes from `prompt` and `completion`."""
 
 _SFT_FLOATS = {"pass_rate", "perplexity"}
 _SFT_INTS = {"npass", "num_samples", "sample_index", "num_tokens"}
+_SFT_ID_LISTS = {"input_ids", "loss_mask"}
 REMOVED_COLUMNS = ("id", "task", "subdomain", "stage", "removed_reason", "reason_kind", "prompt", "completion",
                    "row_json")
 """Columns of the removed side artifact (removed_record), all strings."""
@@ -116,7 +120,8 @@ def sft_table(rows: list[dict]) -> pa.Table:
     columns = {}
     for column in SFT_COLUMNS:
         values = [json.dumps(row[column]) if column == "reference" else row.get(column) for row in rows]
-        kind = pa.float64() if column in _SFT_FLOATS else pa.int64() if column in _SFT_INTS else pa.string()
+        kind = (pa.float64() if column in _SFT_FLOATS else pa.int64() if column in _SFT_INTS
+                else pa.list_(pa.int64()) if column in _SFT_ID_LISTS else pa.string())
         columns[column] = pa.array(values, type=kind)
     return pa.table(columns)
 

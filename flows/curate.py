@@ -55,7 +55,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
 
         # Pass rates of the model to be trained, shard by shard; the engine opens only if needed.
         student = open_sampler(config, config.model)
-        sampling = config.shard_sampling(config.pass_rate.sampling, config.pass_rate.top_k)
+        sampling = config.pass_rate_sampling()
         train, samples_by_task, results = _pass_rates(config, train, student, sampling)
         metrics = pass_rate_metrics(train, config.histogram_bins, config.difficulty_labels)
         _log_pass_rate_plots(config, train, run.run_id)
@@ -130,8 +130,9 @@ def _pass_rates(config: CurateConfig, train: dict[str, list[dict]], student: Sam
     labeled, samples_by_task, results = {}, {}, []
     for task_name, rows in train.items():
         logger.info("%s: estimating pass rates of %d problems", task_name, len(rows))
-        result = estimate_pass_rates(rows, student.engine, student.tokenizer, student.checkpoint, sampling, verifiers,
-                                     config.pass_rate.shard_size, config.sft.system_prompt)
+        result = estimate_pass_rates(rows, student.engine, student.tokenizer, student.checkpoint,
+                                     sampling.for_task(task_name), verifiers, config.pass_rate.shard_size,
+                                     config.sft.system_prompt)
         labeled[task_name] = label_rows(attach_pass_rates(rows, result.summaries, student.checkpoint), bands)
         samples_by_task[task_name] = result.samples
         results.append(result)

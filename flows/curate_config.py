@@ -17,6 +17,8 @@ from passband.flows.common_config import EngineConfig, ProblemSource, SamplingCo
 from passband.flows.config import Config
 from passband.tasks.sampling.dispatch import SamplingWorkersConfig
 from passband.tasks.sampling.passrate_job import ShardSampling
+from passband.training.episodes.code_feedback import CodeFeedbackConfig
+from passband.training.episodes.math_python import MathToolConfig
 
 
 class TaskPool(Config):
@@ -171,6 +173,15 @@ class CurateConfig(Config):
     """Synthetic queries and teacher responses."""
     holdout_seed: int = 0
     """Seed of the eval hold-out draw."""
+    math_tool: MathToolConfig | None = Field(None, exclude_if=lambda tool: tool is None)
+    """Math pass rates over whole episodes with the Python tool, as RL's `math_tool` rolls them out
+    (docs/multi-turn.md): each attempt is an episode graded on its answer turn, so the bands and the
+    RL set are the tool task's, and math's SFT rollout traces are whole verified episodes, token-exact
+    (trained on the sampled turns only). None: single-turn."""
+    code_feedback: CodeFeedbackConfig | None = Field(None, exclude_if=lambda feedback: feedback is None)
+    """Code pass rates over whole episodes with test feedback, as RL's `code_feedback`: each attempt
+    graded on its last try; code's SFT rollout traces are whole passing episodes, token-exact. None:
+    single-turn."""
     force: bool = False
     """Recompute even if this exact stage completed before (shards are still reused)."""
 
@@ -216,6 +227,12 @@ class CurateConfig(Config):
                              engine_kind=self.engine.kind, engine_dtype=self.engine.resolved_dtype(),
                              engine_split_kv=self.engine.kind == "vllm" and self.engine.split_kv_attention,
                              engine_lm_head_fp32=self.engine.lm_head_fp32)
+
+    def pass_rate_sampling(self) -> ShardSampling:
+        """The student's pass-rate sampling: `pass_rate`'s, with the tasks run as episodes (math_tool,
+        code_feedback); the teacher's draws (corrections, synthetic) stay single-turn."""
+        return self.shard_sampling(self.pass_rate.sampling, self.pass_rate.top_k).model_copy(
+            update={"math_tool": self.math_tool, "code_feedback": self.code_feedback})
 
     def verifiers(self) -> VerifierSettings:
         """Verifier settings that read math answers the way the math pool's prompts ask for them."""

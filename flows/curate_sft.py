@@ -111,7 +111,9 @@ def build_sft_sets(config: CurateConfig, train: dict[str, list[dict]], samples_b
 def _rollout_traces(config: CurateConfig, task_name: str, rows: list[dict], samples: list[dict], student: Sampler,
                     sampling: ShardSampling) -> SFTSets:
     """The recipe's rule (0 < npass < n, passed and fully verified) on the student's samples of one
-    task: the pass-rate samples, or a draw of `sft.selection_n` of its own; by band into the stages."""
+    task: the pass-rate samples, or a draw of `sft.selection_n` of its own; by band into the stages.
+    A task sampled as episodes (math_tool, code_feedback) gives whole passing episodes, token-exact
+    (their `input_ids` and `loss_mask`), verified on the last turn as the pass rates were."""
     from passband.curation.curate_rows import removed_record, sft_row
     from passband.curation.sft_select import select_sft
     from passband.curation.synthetic import attach_samples
@@ -123,7 +125,7 @@ def _rollout_traces(config: CurateConfig, task_name: str, rows: list[dict], samp
         from passband.tasks.sampling.passrate import estimate_pass_rates
 
         result = estimate_pass_rates(rows, student.engine, student.tokenizer, student.checkpoint,
-                                     sampling.with_draw(config.sft.selection_n), config.verifiers(),
+                                     sampling.for_task(task_name).with_draw(config.sft.selection_n), config.verifiers(),
                                      config.pass_rate.shard_size, config.sft.system_prompt)
         results, samples, num_samples = [result], result.samples, config.sft.selection_n
     kept, out = select_sft(attach_samples(rows, _with_verdicts(config, rows, samples)), num_samples=num_samples)
@@ -218,7 +220,9 @@ def _perplexity(config: CurateConfig, model_dir: str, sets: SFTSets) -> SFTSets:
 
     rows = sets.stage1 + sets.stage2
     values = trace_perplexities(model_dir, [row["prompt"] for row in rows], [row["completion"] for row in rows],
-                                config.sft.system_prompt)
+                                config.sft.system_prompt,
+                                episodes=[(row["input_ids"], row["loss_mask"]) if row.get("input_ids") else None
+                                          for row in rows])
     stage1 = [{**row, "perplexity": value} for row, value in zip(sets.stage1, values)]
     stage2 = [{**row, "perplexity": value} for row, value in zip(sets.stage2, values[len(sets.stage1):])]
     metrics = sets.metrics | ({"sft/perplexity_mean": sum(values) / len(values)} if values else {})

@@ -34,6 +34,8 @@ from passband.tasks.artifacts.store import open_store
 from passband.tasks.sampling.claim import claim, job_run_name
 from passband.tasks.sampling.engine import LazyEngine, kept_engine
 from passband.training.engines import EngineConfig, RolloutEngine, SamplingConfig
+from passband.training.episodes.code_feedback import CodeFeedbackConfig
+from passband.training.episodes.math_python import MathToolConfig
 
 SUMMARY_FILE = "summary.parquet"
 SAMPLES_FILE = "samples.parquet"
@@ -58,18 +60,32 @@ class ShardSampling(BaseModel):
     """EngineConfig.split_kv_attention: on, a sequence's logits depend on what shares its steps."""
     engine_lm_head_fp32: bool = False
     """EngineConfig.lm_head_fp32: the logits in fp32 under a bf16 body sample other tokens at near-ties."""
+    math_tool: MathToolConfig | None = None
+    """Math problems as multi-turn episodes with the Python tool (curate's `math_tool`): each attempt is
+    a whole episode, graded on its answer turn. None: single-turn."""
+    code_feedback: CodeFeedbackConfig | None = None
+    """Code problems as multi-turn episodes with test feedback (curate's `code_feedback`), each attempt
+    graded on its last try. None: single-turn."""
 
     def key_fields(self) -> dict[str, Any]:
         """The settings as the shard key hashes them (a flat mapping: the keys, hence the shards'
-        seeds, of every stored shard were computed from exactly these nine entries; split-KV attention
-        and the fp32 LM head, off by default, add an entry each only when on, so the default's keys and
-        seeds stay those)."""
+        seeds, of every stored shard were computed from exactly these nine entries; split-KV attention,
+        the fp32 LM head and the episode settings, off by default, add an entry each only when on, so
+        the default's keys and seeds stay those)."""
         s = self.sampling
         return {"n": s.n, "top_k": self.top_k, "temperature": s.temperature, "top_p": s.top_p,
                 "max_tokens": s.max_tokens, "stop": list(s.stop), "seed": s.seed,
                 "engine_kind": self.engine_kind, "engine_dtype": self.engine_dtype,
                 **({"engine_split_kv": True} if self.engine_split_kv else {}),
-                **({"engine_lm_head_fp32": True} if self.engine_lm_head_fp32 else {})}
+                **({"engine_lm_head_fp32": True} if self.engine_lm_head_fp32 else {}),
+                **({"math_tool": self.math_tool.model_dump(mode="json")} if self.math_tool else {}),
+                **({"code_feedback": self.code_feedback.model_dump(mode="json")} if self.code_feedback else {})}
+
+    def for_task(self, task: str) -> ShardSampling:
+        """These settings with only `task`'s episode settings: a shard of a single-turn task keys and
+        samples as it would with none."""
+        return self.model_copy(update={"math_tool": self.math_tool if task == "math" else None,
+                                       "code_feedback": self.code_feedback if task == "code" else None})
 
     def for_shard(self, key: str) -> ShardSampling:
         """These settings seeded by the shard's own key (its problems, model, settings): its samples do
@@ -114,15 +130,32 @@ def sample_shard(
     shard: list[dict], engine: LazyEngine | RolloutEngine, tokenizer: Any, sampling: ShardSampling,
     verifiers: VerifierSettings, system_prompt: str | None,
 ) -> tuple[list[dict], list[dict]]:
-    """Generate n * top_k attempts per problem, verify each, summarize per problem."""
+    """Generate n * top_k attempts per problem, verify each, summarize per problem. A task that
+    `sampling` runs as episodes (math_tool, code_feedback) makes each attempt a whole episode: its
+    completion is the last turn, the one the task's verifier grades, and its row also holds the
+    episode's turns and tool calls."""
     from passband.training.chat import render_prompt
+    from passband.training.episodes.groups import episode_groups
+    from passband.training.episodes.setups import episode_setups
 
-    prompts = [render_prompt(tokenizer, row["prompt"], system_prompt) for row in shard]
-    groups = engine.generate(prompts, sampling.attempts())
+    setups = episode_setups(sampling.math_tool, sampling.code_feedback, verifiers)
+    single = [i for i, row in enumerate(shard) if row["task"] not in setups]
+    prompts = [render_prompt(tokenizer, shard[i]["prompt"], system_prompt) for i in single]
+    by_index = dict(zip(single, engine.generate(prompts, sampling.attempts()) if single else []))
+    turns: dict[tuple[int, int], dict[str, Any]] = {}  # (problem, attempt) -> the episode's columns
+    for task, (open_episode, budget) in setups.items():
+        mine = [i for i, row in enumerate(shard) if row["task"] == task]
+        if mine:
+            groups, results = episode_groups(engine, tokenizer, [shard[i] for i in mine], open_episode,
+                                             sampling.attempts(), budget)
+            by_index |= dict(zip(mine, groups))
+            turns |= {(i, j): episode_columns(sample, result) for i, group, episodes in zip(mine, groups, results)
+                      for j, (sample, result) in enumerate(zip(group, episodes))}
+    groups = [by_index[i] for i in range(len(shard))]
     samples = [
         {"problem_id": row["id"], "task": row["task"], "sample_index": s.sample_index, "completion": s.text,
-         "finish_reason": s.finish_reason, "num_tokens": len(s.token_ids)}
-        for row, group in zip(shard, groups) for s in group
+         "finish_reason": s.finish_reason, "num_tokens": len(s.token_ids)} | turns.get((i, j), {})
+        for i, (row, group) in enumerate(zip(shard, groups)) for j, s in enumerate(group)
     ]
     verdicts = verify_groups([row["task"] for row in shard], [row["reference"] for row in shard],
                              [[s.text for s in group] for group in groups], verifiers)
@@ -132,6 +165,15 @@ def sample_shard(
     summaries = [{"problem_id": row["id"], **summary}
                  for row, summary in zip(shard, summarize_attempts(statuses, k=sampling.top_k))]
     return summaries, samples
+
+
+def episode_columns(sample: Any, result: Any) -> dict[str, Any]:
+    """An episode attempt's extra columns: its turns and tool calls, and its exact tokens (the opening
+    prompt, then the sampled and environment tokens) with the mask that is 1 on the sampled ones,
+    so a passing episode becomes a token-exact SFT trace (curation.curate_rows: SFT_COLUMNS)."""
+    return {"num_turns": result.num_turns, "num_tool_calls": result.num_tool_calls,
+            "input_ids": list(sample.prompt_token_ids) + list(sample.token_ids),
+            "loss_mask": [0] * len(sample.prompt_token_ids) + list(sample.loss_mask)}
 
 
 @task(name="commit-shard", retries=2, retry_delay_seconds=2)

@@ -11,9 +11,11 @@ from prefect.cache_policies import NONE
 
 @task(name="trace-perplexity", cache_policy=NONE)
 def trace_perplexities(model_dir: str, prompts: list[str], completions: list[str],
-                       system: str | None = None, micro_batch_size: int = 8) -> list[float]:
+                       system: str | None = None, micro_batch_size: int = 8,
+                       episodes: list[tuple[list[int], list[int]] | None] | None = None) -> list[float]:
     """exp(mean NLL per response token) of each completion given its prompt, one per trace,
-    under the model in `model_dir` (loaded here, freed after)."""
+    under the model in `model_dir` (loaded here, freed after); a trace with an episode's
+    (input_ids, loss_mask) is scored on its sampled tokens."""
     from passband.training.evaluation import perplexity
     from passband.training.model_source import load_causal_lm, load_tokenizer
 
@@ -21,6 +23,6 @@ def trace_perplexities(model_dir: str, prompts: list[str], completions: list[str
         return []
     model = load_causal_lm(Path(model_dir)).eval()
     values = perplexity.trace_perplexities(model, load_tokenizer(Path(model_dir)), prompts, completions, system,
-                                           micro_batch_size)
+                                           micro_batch_size, episodes)
     del model
     return values

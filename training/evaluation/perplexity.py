@@ -37,16 +37,30 @@ def perplexity_under(
 
 
 def trace_perplexities(model: torch.nn.Module, tokenizer, prompts: list, completions: list[str],
-                       system: str | None = None, micro_batch_size: int = 8) -> list[float]:
+                       system: str | None = None, micro_batch_size: int = 8,
+                       episodes: list[tuple[list[int], list[int]] | None] | None = None) -> list[float]:
     """The student's perplexity on each SFT trace (docs/recipe.md section 2: a trace far from what
     the student would write itself teaches it less). Tokens are exactly what SFT trains on
     (training.chat): the response tokens and the end-of-turn token, given the chat-templated prompt;
-    the end-of-turn token also keeps every response non-empty."""
+    the end-of-turn token also keeps every response non-empty. A trace given as an episode's
+    (input_ids, loss_mask) (`episodes[i]`, None for a text trace) is scored as SFT trains it: on the
+    tokens its mask marks, each given everything before it (tool results and feedback included)."""
     from passband.training.chat import encode_prompt
 
     if len(prompts) != len(completions):
         raise ValueError(f"trace_perplexities: {len(prompts)} prompts but {len(completions)} completions")
-    prompt_ids = [encode_prompt(tokenizer, prompt, system) for prompt in prompts]
-    response_ids = [tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-                    for completion in completions]
-    return sequence_perplexities(sequence_logprobs(model, prompt_ids, response_ids, micro_batch_size=micro_batch_size))
+    episodes = episodes or [None] * len(prompts)
+    prompt_ids, response_ids, masks = [], [], []
+    for prompt, completion, episode in zip(prompts, completions, episodes, strict=True):
+        if episode is None:
+            prompt_ids.append(encode_prompt(tokenizer, prompt, system))
+            response_ids.append(tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+            masks.append(None)
+        else:
+            input_ids, loss_mask = episode
+            start = loss_mask.index(1)  # the first sampled token: everything before it is the opening prompt
+            prompt_ids.append(list(input_ids[:start]))
+            response_ids.append(list(input_ids[start:]))
+            masks.append(torch.tensor(loss_mask[start:], dtype=torch.bool))
+    logps = sequence_logprobs(model, prompt_ids, response_ids, micro_batch_size=micro_batch_size)
+    return sequence_perplexities([lp if mask is None else lp[mask] for lp, mask in zip(logps, masks)])

@@ -59,7 +59,8 @@ def mix_stage_rows(
 def encode_rows(
     tokenizer: Any, rows: list[dict], max_length: int
 ) -> tuple[list[SFTExample], list[dict]]:
-    """Chat-encode rows (training.chat, the same template as rollouts); quarantine the unusable ones."""
+    """Chat-encode rows (training.chat, the same template as rollouts), or take an episode's tokens as
+    they are (rows with `input_ids` and `loss_mask`); quarantine the unusable ones."""
     examples: list[SFTExample] = []
     quarantined: list[dict] = []
     for row in rows:
@@ -67,9 +68,36 @@ def encode_rows(
         if absent:
             quarantined.append(_left_out(row, f"missing {', '.join(absent)}"))
             continue
-        input_ids, loss_mask = encode_sft_example_unbounded(tokenizer, row["prompt"], row["completion"], row.get("system"))
+        if row.get("input_ids") is not None:  # an episode's exact tokens (curation.curate_rows: SFT_COLUMNS)
+            input_ids, loss_mask = list(row["input_ids"]), list(row.get("loss_mask") or [])
+            mismatch = episode_mismatch(tokenizer, input_ids, loss_mask, row["completion"])
+            if mismatch:
+                quarantined.append(_left_out(row, mismatch))
+                continue
+        else:
+            input_ids, loss_mask = encode_sft_example_unbounded(tokenizer, row["prompt"], row["completion"],
+                                                                row.get("system"))
         if len(input_ids) > max_length:
             quarantined.append(_left_out(row, f"too_long: {len(input_ids)} tokens > max_length={max_length}"))
             continue
         examples.append(SFTExample(input_ids, loss_mask))
     return examples, quarantined
+
+
+def episode_mismatch(tokenizer: Any, input_ids: list[int], loss_mask: list[int], completion: str) -> str | None:
+    """Why an episode's tokens cannot be trained with `tokenizer` (None: they can). Token ids mean
+    something only under the tokenizer that sampled them, so the last sampled turn, decoded here,
+    must give back the row's completion (that turn's text as the sampling tokenizer decoded it)."""
+    from passband.training.episodes.rollout import turn_text
+
+    if len(input_ids) != len(loss_mask) or not any(loss_mask):
+        return f"episode tokens: {len(input_ids)} input_ids, {len(loss_mask)} loss_mask entries, {sum(loss_mask)} sampled"
+    end = len(loss_mask) - loss_mask[::-1].index(1)
+    start = end
+    while start > 0 and loss_mask[start - 1] == 1:
+        start -= 1
+    decoded = turn_text(tokenizer, input_ids[start:end])
+    if decoded != completion:
+        return (f"episode tokens from another tokenizer: the last sampled turn decodes to {decoded[:60]!r}, "
+                f"the completion is {completion[:60]!r}")
+    return None
