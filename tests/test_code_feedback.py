@@ -79,3 +79,22 @@ def test_held_out_evaluation_scores_whole_episodes():
         [("pass", 2, 0, RIGHT)] * 2
     assert evaluation.headline()["code/pass@1"] == 1.0
     assert episode_means(evaluation.rows) == {"code/mean_turns": 2.0, "code/mean_tool_calls": 0.0}
+
+
+def test_episode_rollouts_in_flight_survive_a_checkpoint():
+    """Rollouts sampled ahead of the trainer (max_off_policy_steps >= 1) are kept in the checkpoint as JSON
+    and trained on after a resume: episode rollouts come back whole, the loss mask on the sampled turns included."""
+    import json
+
+    from passband.flows.rl_rollouts import Rollouts, ScoredGroup
+
+    tokenizer = tiny_tokenizer()
+    policy = ScriptedPolicy({}, default=[list(WRONG.encode()) + [IM_END], list(RIGHT.encode()) + [IM_END]])
+    config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), code_feedback=CodeFeedbackConfig())
+    samples, counts = _episode_samples(config, tokenizer, policy, [ROW], ["unused"], config.sampling)
+    batch = build_rollout_batch(samples, [[1.0, 1.0]], [[True, True]], ["code"])
+    rollouts = Rollouts([ScoredGroup(ROW, samples[0], [1.0, 1.0], [True, True], [1.0, 1.0], ["pass", "pass"], ["", ""])],
+                        batch, {"code": 1}, counts, 3, [])
+    restored = Rollouts.from_json(json.loads(json.dumps(rollouts.to_json())))
+    assert restored == rollouts
+    assert restored.groups[0].samples[0].loss_mask == samples[0][0].loss_mask and 0 in batch.loss_mask[0]
