@@ -19,6 +19,7 @@ from passband.tasks.sampling.dispatch import SamplingWorkersConfig
 from passband.tasks.sampling.passrate_job import ShardSampling
 from passband.training.episodes.code_feedback import CodeFeedbackConfig
 from passband.training.episodes.math_python import MathToolConfig
+from passband.training.episodes.setups import EnvironmentConfig, check_environments
 
 
 class TaskPool(Config):
@@ -182,11 +183,15 @@ class CurateConfig(Config):
     """Code pass rates over whole episodes with test feedback, as RL's `code_feedback`: each attempt
     graded on its last try; code's SFT rollout traces are whole passing episodes, token-exact. None:
     single-turn."""
+    environments: dict[str, EnvironmentConfig] = Field({}, exclude_if=lambda environments: not environments)
+    """Tasks whose pass rates run over episodes of your own environment, as RL's `environments`
+    (docs/multi-turn.md); their SFT rollout traces are whole passing episodes. {}: none."""
     force: bool = False
     """Recompute even if this exact stage completed before (shards are still reused)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "CurateConfig":
+        check_environments(self.math_tool, self.code_feedback, self.environments)
         if not self.pools():
             raise ValueError(f"every task is disabled; enable at least one of {sorted(self.tasks)}")
         for task_name, pool in self.pools().items():
@@ -230,9 +235,10 @@ class CurateConfig(Config):
 
     def pass_rate_sampling(self) -> ShardSampling:
         """The student's pass-rate sampling: `pass_rate`'s, with the tasks run as episodes (math_tool,
-        code_feedback); the teacher's draws (corrections, synthetic) stay single-turn."""
+        code_feedback, environments); the teacher's draws (corrections, synthetic) stay single-turn."""
         return self.shard_sampling(self.pass_rate.sampling, self.pass_rate.top_k).model_copy(
-            update={"math_tool": self.math_tool, "code_feedback": self.code_feedback})
+            update={"math_tool": self.math_tool, "code_feedback": self.code_feedback,
+                    "environments": self.environments})
 
     def verifiers(self) -> VerifierSettings:
         """Verifier settings that read math answers the way the math pool's prompts ask for them."""

@@ -17,6 +17,7 @@ from passband.training.evaluation.k_curve import KCurveConfig
 from passband.tasks.stages.summary import RunSummary
 from passband.training.episodes.code_feedback import CodeFeedbackConfig
 from passband.training.episodes.math_python import MathToolConfig
+from passband.training.episodes.setups import EnvironmentConfig, check_environments
 
 if TYPE_CHECKING:
     from passband.training.evaluation.evaluate import Evaluation
@@ -77,6 +78,8 @@ class EvaluateConfig(EvalConfig):
     code_feedback: CodeFeedbackConfig | None = Field(None, exclude_if=lambda feedback: feedback is None)
     """Code sets (HumanEval included) as multi-turn episodes with test feedback, as RL's
     `code_feedback`: pass@k over episodes, graded on the last attempt. None: single-turn."""
+    environments: dict[str, EnvironmentConfig] = Field({}, exclude_if=lambda environments: not environments)
+    """Tasks whose sets run as episodes of your own environment, as RL's `environments`. {}: none."""
     force: bool = False
     """Recompute even if this exact evaluation completed before (stage cache)."""
 
@@ -90,9 +93,10 @@ class EvaluateConfig(EvalConfig):
         if self.judges and self.shards.workers == "task_workers":
             raise ValueError("judges score samples on this process's judge engines; set shards.workers=local "
                              "(task-worker shards are keyed and verified without a judge)")
-        if (self.math_tool or self.code_feedback) and self.shards.workers == "task_workers":
-            raise ValueError("math_tool / code_feedback episodes run turn by turn on this process's engine; set "
-                             "shards.workers=local (task-worker shards sample single-turn rows)")
+        check_environments(self.math_tool, self.code_feedback, self.environments)
+        if (self.math_tool or self.code_feedback or self.environments) and self.shards.workers == "task_workers":
+            raise ValueError("math_tool / code_feedback / environments episodes run turn by turn on this process's "
+                             "engine; set shards.workers=local (task-worker shards sample single-turn rows)")
         if self.k_curve and self.k_curve.n < self.sampling.n:
             raise ValueError(f"k_curve.n={self.k_curve.n} is below sampling.n={self.sampling.n}: the evaluation takes "
                              "its samples of the k-curve's problems from the k-curve; raise k_curve.n")
@@ -230,4 +234,5 @@ def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict
                                         config.system_prompt, config.shards)
     return run_evaluation(ENGINES.engine(config.engine, model_dir), sets, sampling, config.verifiers, model_dir,
                           config.system_prompt, judges,
-                          episode_setups(config.math_tool, config.code_feedback, config.verifiers))
+                          episode_setups(config.math_tool, config.code_feedback, config.verifiers,
+                                         config.environments))

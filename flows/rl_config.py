@@ -14,6 +14,7 @@ from passband.flows.eval_config import EvalConfig, check_answer_format
 from passband.tasks.sampling.dispatch import RolloutWorkersConfig
 from passband.training.episodes.code_feedback import CodeFeedbackConfig
 from passband.training.episodes.math_python import MathToolConfig
+from passband.training.episodes.setups import EnvironmentConfig, check_environments
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
@@ -149,6 +150,10 @@ class RLConfig(Config):
     """Code rows as multi-turn episodes with test feedback (docs/multi-turn.md): a failing attempt is
     answered with what failed and the model tries again, up to `environment.max_attempts`; the last
     attempt is rewarded by the code verifier; only the sampled tokens are trained. None: single-turn."""
+    environments: dict[str, EnvironmentConfig] = Field({}, exclude_if=lambda environments: not environments)
+    """Tasks whose rows run as episodes of your own environment, task -> EnvironmentConfig (an import
+    path and an episode budget; docs/multi-turn.md): rolled out, trained and evaluated as math_tool's
+    episodes are, rewarded by the task's verifier on the last turn. {}: none."""
     rollout: RolloutConfig = RolloutConfig()
     """Rollouts beside the trainer: how far ahead of it they may run."""
     algo: RLAlgoConfig = RLAlgoConfig(lr=5e-6)
@@ -201,6 +206,7 @@ class RLConfig(Config):
         stray = sorted(set(self.task_weights) - set(self.datasets))
         if stray or any(w <= 0 for w in self.task_weights.values()):
             raise ValueError(f"task_weights must be positive and name tasks in datasets (bad: {stray or self.task_weights})")
+        check_environments(self.math_tool, self.code_feedback, self.environments)
         if self.sampling.n < 2:
             raise ValueError(f"sampling.n={self.sampling.n}: GRPO needs at least 2 rollouts per prompt (a group)")
         if self.sampling.temperature <= 0:

@@ -128,8 +128,8 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     from passband.training.episodes.setups import episode_setups
 
     by_row, counts = {}, {}
-    for task, (open_episode, budget) in episode_setups(config.math_tool, config.code_feedback,
-                                                       config.reward.verifiers).items():
+    for task, (open_episode, budget) in episode_setups(config.math_tool, config.code_feedback, config.reward.verifiers,
+                                                       config.environments).items():
         mine = [i for i, row in enumerate(rows) if row["task"] == task]
         if mine:
             episodes, results = episode_groups(engine, tokenizer, [rows[i] for i in mine], open_episode, sampling,

@@ -17,6 +17,7 @@ from passband.curation.catalog import VerifierSettings
 from passband.curation.curate_rows import sft_table
 from passband.flows.curate_sft import _rollout_traces
 from passband.flows.curate_config import CurateConfig
+from passband.tasks.sampling.keys import sources_version
 from passband.tasks.sampling.passrate_job import ShardSampling, sample_shard
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.code_feedback import CodeFeedbackConfig
@@ -95,7 +96,8 @@ def test_episode_settings_key_only_their_task():
     plain = _sampling()
     with_feedback = _sampling(code_feedback=CodeFeedbackConfig())
     assert "code_feedback" not in plain.key_fields() and len(plain.key_fields()) == 9
-    assert with_feedback.key_fields() == plain.key_fields() | {"code_feedback": CodeFeedbackConfig().model_dump(mode="json")}
+    assert with_feedback.key_fields() == plain.key_fields() | {"code_feedback": CodeFeedbackConfig().model_dump(mode="json"),
+                                                               "episodes_source": sources_version(("training/episodes",))}
     assert with_feedback.for_task("math").key_fields() == plain.key_fields()
     assert with_feedback.for_task("code") == with_feedback
 

@@ -32,10 +32,12 @@ from passband.curation.passrate import summarize_attempts
 from passband.tasks.artifacts.provenance import code_version
 from passband.tasks.artifacts.store import open_store
 from passband.tasks.sampling.claim import claim, job_run_name
+from passband.tasks.sampling.keys import sources_version
 from passband.tasks.sampling.engine import LazyEngine, kept_engine
 from passband.training.engines import EngineConfig, RolloutEngine, SamplingConfig
 from passband.training.episodes.code_feedback import CodeFeedbackConfig
 from passband.training.episodes.math_python import MathToolConfig
+from passband.training.episodes.setups import EnvironmentConfig, environment_source_version
 
 SUMMARY_FILE = "summary.parquet"
 SAMPLES_FILE = "samples.parquet"
@@ -66,12 +68,15 @@ class ShardSampling(BaseModel):
     code_feedback: CodeFeedbackConfig | None = None
     """Code problems as multi-turn episodes with test feedback (curate's `code_feedback`), each attempt
     graded on its last try. None: single-turn."""
+    environments: dict[str, EnvironmentConfig] = {}
+    """Tasks run as episodes of the user's own environments (curate's `environments`)."""
 
     def key_fields(self) -> dict[str, Any]:
         """The settings as the shard key hashes them (a flat mapping: the keys, hence the shards'
         seeds, of every stored shard were computed from exactly these nine entries; split-KV attention,
         the fp32 LM head and the episode settings, off by default, add an entry each only when on, so
-        the default's keys and seeds stay those)."""
+        the default's keys and seeds stay those). With episodes, the source of the environments keys the
+        shard too (training/episodes/, and a user environment's module), so an edit resamples."""
         s = self.sampling
         return {"n": s.n, "top_k": self.top_k, "temperature": s.temperature, "top_p": s.top_p,
                 "max_tokens": s.max_tokens, "stop": list(s.stop), "seed": s.seed,
@@ -79,13 +84,21 @@ class ShardSampling(BaseModel):
                 **({"engine_split_kv": True} if self.engine_split_kv else {}),
                 **({"engine_lm_head_fp32": True} if self.engine_lm_head_fp32 else {}),
                 **({"math_tool": self.math_tool.model_dump(mode="json")} if self.math_tool else {}),
-                **({"code_feedback": self.code_feedback.model_dump(mode="json")} if self.code_feedback else {})}
+                **({"code_feedback": self.code_feedback.model_dump(mode="json")} if self.code_feedback else {}),
+                **({"environments": {task: {**config.model_dump(mode="json"),
+                                            "source": environment_source_version(config.environment)}
+                                     for task, config in sorted(self.environments.items())}}
+                   if self.environments else {}),
+                **({"episodes_source": sources_version(("training/episodes",))}
+                   if self.math_tool or self.code_feedback or self.environments else {})}
 
     def for_task(self, task: str) -> ShardSampling:
         """These settings with only `task`'s episode settings: a shard of a single-turn task keys and
         samples as it would with none."""
         return self.model_copy(update={"math_tool": self.math_tool if task == "math" else None,
-                                       "code_feedback": self.code_feedback if task == "code" else None})
+                                       "code_feedback": self.code_feedback if task == "code" else None,
+                                       "environments": {name: config for name, config in self.environments.items()
+                                                        if name == task}})
 
     def for_shard(self, key: str) -> ShardSampling:
         """These settings seeded by the shard's own key (its problems, model, settings): its samples do
@@ -131,14 +144,14 @@ def sample_shard(
     verifiers: VerifierSettings, system_prompt: str | None,
 ) -> tuple[list[dict], list[dict]]:
     """Generate n * top_k attempts per problem, verify each, summarize per problem. A task that
-    `sampling` runs as episodes (math_tool, code_feedback) makes each attempt a whole episode: its
+    `sampling` runs as episodes (math_tool, code_feedback, environments) makes each attempt a whole episode: its
     completion is the last turn, the one the task's verifier grades, and its row also holds the
     episode's turns and tool calls."""
     from passband.training.chat import render_prompt
     from passband.training.episodes.groups import episode_groups
     from passband.training.episodes.setups import episode_setups
 
-    setups = episode_setups(sampling.math_tool, sampling.code_feedback, verifiers)
+    setups = episode_setups(sampling.math_tool, sampling.code_feedback, verifiers, sampling.environments)
     single = [i for i, row in enumerate(shard) if row["task"] not in setups]
     prompts = [render_prompt(tokenizer, shard[i]["prompt"], system_prompt) for i in single]
     by_index = dict(zip(single, engine.generate(prompts, sampling.attempts()) if single else []))
