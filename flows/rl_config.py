@@ -84,7 +84,11 @@ class DriftConfig(Config):
     Prefect markdown artifact; the numbers of the run are the same either way."""
 
     baseline_iterations: int = Field(3, ge=1)
-    """Iterations whose mean is each series' baseline; alerts start after them."""
+    """Iterations whose mean is each series' baseline; alerts start once `window` iterations followed them."""
+    window: int = Field(3, ge=1)
+    """Iterations whose mean is compared with the baseline (1: each iteration alone). A few rollouts
+    per task make single iterations swing: on the demo's RL one iteration's code length reached 1.58x
+    its baseline, while no 3 in a row averaged above 1.42x (training/rl/drift.py)."""
     frac_margin: float = Field(0.2, gt=0)
     """Alert when a task's unparsable_frac or truncated_frac is more than this above its baseline (absolute)."""
     length_margin: float = Field(0.5, gt=0)

@@ -322,7 +322,7 @@ class DriftWatch:
 
         state.drift_history.append(drift_series(metrics))
         alerts = drift_alerts(state.drift_history, self.config.baseline_iterations, self.config.frac_margin,
-                              self.config.length_margin)
+                              self.config.length_margin, self.config.window)
         if alerts:
             lines = [f"{a.series} {a.latest:.3g} > {a.threshold:.3g} (baseline {a.baseline:.3g})" for a in alerts]
             self.logger.warning("rl: drift at iteration %d: %s", state.iteration, "; ".join(lines))
