@@ -152,3 +152,54 @@ def test_environment_steps_run_concurrently_under_a_timeout():
     assert [(r.status, r.reward) for r in results] == [("pass", 1.0)] * 4 + [("error", None)]
     assert results[4].detail == "environment step ran past 3.0 s"
     assert all(1.9 < r.env_seconds < 3.0 for r in results[:4]) and results[4].env_seconds == 3.0
+
+
+@dataclass
+class SlowFirstStep:
+    """A test environment: the first step answers "again" after `seconds`, the second ends the episode."""
+
+    seconds: float
+    messages: list = field(default_factory=lambda: [{"role": "user", "content": "q"}])
+    tools: list = field(default_factory=list)
+    steps: int = 0
+
+    def step(self, text: str, final: bool) -> Step:
+        self.steps += 1
+        if self.steps == 1:
+            time.sleep(self.seconds)
+            return Step(done=False, observation=[{"role": "user", "content": "again"}])
+        return Step(done=True, reward=1.0, status="pass")
+
+
+@dataclass
+class TimedPolicy(ScriptedPolicy):
+    """ScriptedPolicy that records when each engine call came and which episode turns it held."""
+
+    calls: list = field(default_factory=list)
+
+    def generate(self, prompts, sampling, prompt_keys=None):
+        self.calls.append((time.monotonic(), list(prompt_keys)))
+        return super().generate(prompts, sampling, prompt_keys)
+
+
+def test_a_slow_step_holds_up_only_its_own_episode():
+    """straggler_s: the fast episodes' second turns are sampled while the slow step still runs, and
+    every episode ends with the tokens it gets when each call waits for every step (None)."""
+    tokenizer, turn, keys = tiny_tokenizer(), list(b"ok") + [IM_END], ["e0", "e1", "e2"]
+
+    def run(straggler_s):
+        policy = TimedPolicy({key: [turn, turn] for key in keys})
+        start = time.monotonic()
+        results = run_episodes(policy, tokenizer, [SlowFirstStep(2.0), SlowFirstStep(0.0), SlowFirstStep(0.0)], keys,
+                               SamplingConfig(max_tokens=8), EpisodeBudget(straggler_s=straggler_s))
+        return results, [(at - start, called) for at, called in policy.calls]
+
+    results, calls = run(0.2)
+    assert [called for _, called in calls] == [["e0/turn0", "e1/turn0", "e2/turn0"], ["e1/turn1", "e2/turn1"],
+                                               ["e0/turn1"]]
+    assert calls[1][0] < 2.0 <= calls[2][0]  # the fast turns did not wait for the 2 s step
+    waited, wave_calls = run(None)
+    assert [called for _, called in wave_calls] == [[f"{k}/turn0" for k in keys], [f"{k}/turn1" for k in keys]]
+    assert wave_calls[1][0] >= 2.0
+    assert [(r.tokens, r.status, r.num_turns) for r in results] == [(r.tokens, r.status, r.num_turns) for r in waited]
+    assert all(r.status == "pass" and r.num_turns == 2 for r in results)

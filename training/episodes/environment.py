@@ -33,6 +33,13 @@ class EpisodeBudget(BaseModel):
     step_timeout_s: float = Field(30.0, gt=0)
     """Wall seconds one environment step may take (a tool run and its verdict); past it the episode
     ends with status 'error' (no verdict)."""
+    straggler_s: float | None = Field(5.0, ge=0)
+    """The next engine call waits for the other episodes' steps at most this long after the first of
+    them finished; episodes whose step is still running join a later call, so a slow tool holds up
+    only its own episode. On an engine whose tokens do not depend on what shares a step (fp32 or
+    emulated bf16 on a CPU: README, "What a rerun reproduces") the tokens are the same either way;
+    on bf16 with AMX or a GPU a straggler changes what shares a step, so set None to always wait for
+    every step (each wave one call, reproducible there too)."""
 
 
 @dataclass(frozen=True)

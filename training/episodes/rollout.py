@@ -1,20 +1,21 @@
-"""The multi-turn rollout loop: every open episode's turn in one engine call, the environment's
-steps of the batch at once in a thread pool, bounded per step.
+"""The multi-turn rollout loop: open episodes' turns in shared engine calls, the environment's
+steps in a thread pool, bounded per step.
 
-A wave: the engine continues each open episode from its exact token context (a token-id prompt:
-nothing is re-tokenized), one sample per episode, seeded by the episode's key and the turn; then
-every episode's step runs concurrently, so a slow tool delays its wave by at most
-`EpisodeBudget.step_timeout_s`; a step past it ends its episode with status 'error' (no verdict). The
-observation's tokens come from the chat template (`tokens.environment_text`).
-A turn may sample at most what is left of the episode's token budget: the wave samples up to the
-largest budget left and each sample is cut at its own (a prefix of a seeded sample is the sample a
-smaller max_tokens would have drawn), and a cut turn is truncated.
+The engine continues each episode from its exact token context (a token-id prompt: nothing is
+re-tokenized), one sample per episode, seeded by the episode's key and the turn; then every
+continued episode's step runs concurrently. The next engine call takes the episodes whose steps have
+answered: it waits for the rest at most `EpisodeBudget.straggler_s` after the first answered, so a
+slow tool holds up its own episode only (it joins a later call); a step past `step_timeout_s` ends
+its episode with status 'error' (no verdict). The observation's tokens come from the chat template
+(`tokens.environment_text`). A turn may sample at most what is left of the episode's token budget:
+the call samples up to the largest budget left and each sample is cut at its own (a prefix of a
+seeded sample is the sample a smaller max_tokens would have drawn), and a cut turn is truncated.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -96,46 +97,68 @@ def run_episodes(engine: RolloutEngine, tokenizer: Any, episodes: list[Episode],
                  sampling: SamplingConfig, budget: EpisodeBudget) -> list[EpisodeResult]:
     """Run `episodes` to their end; `keys` (one per episode, distinct) seed each episode's turns.
     `sampling`'s n is ignored (one sample per episode: a group is G episodes of one row) and its
-    max_tokens caps each turn."""
+    max_tokens caps each turn. Each engine call continues the episodes whose steps have answered;
+    it waits for the others' steps at most `budget.straggler_s` after the first answered (always,
+    with None), and a step past `budget.step_timeout_s` ends its episode with status 'error'."""
     if len(keys) != len(episodes) or len(set(keys)) != len(keys):
         raise ValueError(f"run_episodes needs one distinct key per episode, got {len(keys)} for {len(episodes)}")
     results = [open_result(tokenizer, episode) for episode in episodes]
-    active = list(range(len(episodes)))
-    while active:
-        left = {i: budget.episode_tokens - len(results[i].tokens.token_ids) for i in active}
-        wave = sampling.model_copy(update={"n": 1, "max_tokens": min(sampling.max_tokens, max(left.values()))})
-        samples = engine.generate([results[i].tokens.context for i in active], wave,
-                                  prompt_keys=[f"{keys[i]}/turn{results[i].num_turns}" for i in active])
-        texts, finals = {}, {}
-        for i, (sample,) in zip(active, samples, strict=True):
-            cap = min(left[i], sampling.max_tokens)
-            ids, logprobs = sample.token_ids[:cap], sample.logprobs[:cap]
-            ended = bool(ids) and ids[-1] == tokenizer.eos_token_id  # only then can the template continue it
-            truncated = not ended and (sample.finish_reason == "length" or len(sample.token_ids) > cap)
-            results[i] = replace(results[i], tokens=with_sampled(results[i].tokens, ids, logprobs),
-                                 num_turns=results[i].num_turns + 1, truncated=truncated)
-            texts[i] = turn_text(tokenizer, ids)
-            finals[i] = not ended or results[i].num_turns >= budget.max_turns
-        steps = _run_steps({i: (episodes[i], texts[i], finals[i]) for i in active}, budget.step_timeout_s)
-        for i in active:
-            step, seconds = steps[i]
-            results[i] = replace(after_step(tokenizer, results[i], texts[i], finals[i], step, budget),
+    # steps run in threads that are never joined here: a step past its timeout is left to finish
+    # (the sandbox bounds a tool run by its own wall limit)
+    pool = ThreadPoolExecutor(max_workers=max(len(episodes), 1), thread_name_prefix="episode-step")
+    ready, stepping = list(range(len(episodes))), {}  # stepping: episode -> (future, started, text, final)
+    while ready or stepping:
+        if ready:
+            for i, (text, final) in _sample_turns(engine, tokenizer, results, ready, keys, sampling, budget).items():
+                stepping[i] = (pool.submit(_timed_step, episodes[i], text, final), time.monotonic(), text, final)
+        ready = []
+        for i, (step, seconds) in _answered(stepping, budget).items():
+            _, _, text, final = stepping.pop(i)
+            results[i] = replace(after_step(tokenizer, results[i], text, final, step, budget),
                                  env_seconds=results[i].env_seconds + seconds)
-        active = [i for i in active if results[i].status == "continue" and not results[i].truncated]
+            if results[i].status == "continue" and not results[i].truncated:
+                ready.append(i)
+        ready.sort()  # episode order in the engine call, whatever order the steps answered in
+    pool.shutdown(wait=False)
     return results
 
 
-def _run_steps(calls: dict[int, tuple[Episode, str, bool]], timeout_s: float) -> dict[int, tuple[Step, float]]:
-    """Every episode's step at once; (step, wall seconds) each, an 'error' step where it ran past timeout_s
-    (its thread is left to finish: the sandbox bounds a tool run by its own wall limit)."""
-    def timed(episode: Episode, text: str, final: bool) -> tuple[Step, float]:
-        start = time.monotonic()
-        step = episode.step(text, final)
-        return step, time.monotonic() - start
+def _sample_turns(engine: RolloutEngine, tokenizer: Any, results: list[EpisodeResult], active: list[int],
+                  keys: list[str], sampling: SamplingConfig, budget: EpisodeBudget) -> dict[int, tuple[str, bool]]:
+    """One engine call continuing the `active` episodes (their results updated in place with the
+    sampled tokens); episode -> (the turn's text, whether the turn is final)."""
+    left = {i: budget.episode_tokens - len(results[i].tokens.token_ids) for i in active}
+    wave = sampling.model_copy(update={"n": 1, "max_tokens": min(sampling.max_tokens, max(left.values()))})
+    samples = engine.generate([results[i].tokens.context for i in active], wave,
+                              prompt_keys=[f"{keys[i]}/turn{results[i].num_turns}" for i in active])
+    turns = {}
+    for i, (sample,) in zip(active, samples, strict=True):
+        cap = min(left[i], sampling.max_tokens)
+        ids, logprobs = sample.token_ids[:cap], sample.logprobs[:cap]
+        ended = bool(ids) and ids[-1] == tokenizer.eos_token_id  # only then can the template continue it
+        truncated = not ended and (sample.finish_reason == "length" or len(sample.token_ids) > cap)
+        results[i] = replace(results[i], tokens=with_sampled(results[i].tokens, ids, logprobs),
+                             num_turns=results[i].num_turns + 1, truncated=truncated)
+        turns[i] = (turn_text(tokenizer, ids), not ended or results[i].num_turns >= budget.max_turns)
+    return turns
 
-    pool = ThreadPoolExecutor(max_workers=max(len(calls), 1), thread_name_prefix="episode-step")
-    futures = {i: pool.submit(timed, *call) for i, call in calls.items()}
-    wait(futures.values(), timeout=timeout_s)
-    pool.shutdown(wait=False)
-    timeout = Step(done=True, status="error", detail=f"environment step ran past {timeout_s} s")
-    return {i: future.result() if future.done() else (timeout, timeout_s) for i, future in futures.items()}
+
+def _timed_step(episode: Episode, text: str, final: bool) -> tuple[Step, float]:
+    start = time.monotonic()
+    step = episode.step(text, final)
+    return step, time.monotonic() - start
+
+
+def _answered(stepping: dict[int, tuple[Any, float, str, bool]], budget: EpisodeBudget) -> dict[int, tuple[Step, float]]:
+    """The steps that answered, after waiting for the first of them (or its timeout) and then for the
+    rest at most `budget.straggler_s` more; (step, wall seconds) each, an 'error' step for one past
+    `budget.step_timeout_s`."""
+    futures = {i: entry[0] for i, entry in stepping.items()}
+    deadline = min(entry[1] for entry in stepping.values()) + budget.step_timeout_s
+    wait(futures.values(), timeout=max(deadline - time.monotonic(), 0.0), return_when=FIRST_COMPLETED)
+    rest = max(deadline - time.monotonic(), 0.0)
+    wait(futures.values(), timeout=rest if budget.straggler_s is None else min(budget.straggler_s, rest))
+    timeout = Step(done=True, status="error", detail=f"environment step ran past {budget.step_timeout_s} s")
+    now = time.monotonic()
+    return {i: future.result() if future.done() else (timeout, budget.step_timeout_s)
+            for i, future in futures.items() if future.done() or now >= stepping[i][1] + budget.step_timeout_s}
