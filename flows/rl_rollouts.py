@@ -5,6 +5,7 @@ with dynamic sampling (training/rl/dynamic_sampling.py), in rounds until the bat
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +125,7 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     episode's sample holds its tokens after the prompt with their loss mask, and its text is the last
     turn's, which the task's verifier scores as a single-turn answer."""
     from passband.tasks.steps.rollout import generate
-    from passband.training.episodes.groups import episode_counts, episode_groups
+    from passband.training.episodes.groups import TimedEngine, episode_counts, episode_groups
     from passband.training.episodes.setups import episode_setups
 
     by_row, counts = {}, {}
@@ -132,12 +133,18 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
                                                        config.environments).items():
         mine = [i for i, row in enumerate(rows) if row["task"] == task]
         if mine:
-            episodes, results = episode_groups(engine, tokenizer, [rows[i] for i in mine], open_episode, sampling,
+            timed, start = TimedEngine(engine), time.perf_counter()
+            episodes, results = episode_groups(timed, tokenizer, [rows[i] for i in mine], open_episode, sampling,
                                                budget)
+            wall = time.perf_counter() - start
             by_row |= dict(zip(mine, episodes))
             task_counts = episode_counts(task, results)
-            counts |= task_counts | {"episode_env_seconds": counts.get("episode_env_seconds", 0.0)
-                                     + task_counts["episode_env_seconds"]}
+            # wall seconds of the episode batches, and of them the time outside the engine: waiting on
+            # environment steps (and tokenizing their answers), the multi-turn cost a single turn has not
+            counts |= task_counts | {
+                "episode_env_seconds": counts.get("episode_env_seconds", 0.0) + task_counts["episode_env_seconds"],
+                "episode_wall_seconds": counts.get("episode_wall_seconds", 0.0) + wall,
+                "episode_wait_seconds": counts.get("episode_wait_seconds", 0.0) + wall - timed.seconds}
     other = [i for i in range(len(rows)) if i not in by_row]
     single, _ = generate(engine, [prompts[i] for i in other], sampling) if other else ([], 0.0)
     by_row |= dict(zip(other, single))

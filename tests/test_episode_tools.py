@@ -203,3 +203,25 @@ def test_a_slow_step_holds_up_only_its_own_episode():
     assert wave_calls[1][0] >= 2.0
     assert [(r.tokens, r.status, r.num_turns) for r in results] == [(r.tokens, r.status, r.num_turns) for r in waited]
     assert all(r.status == "pass" and r.num_turns == 2 for r in results)
+
+
+@dataclass
+class SlowPolicy(ScriptedPolicy):
+    """ScriptedPolicy whose every engine call takes `seconds`."""
+
+    seconds: float = 0.0
+
+    def generate(self, prompts, sampling, prompt_keys=None):
+        time.sleep(self.seconds)
+        return super().generate(prompts, sampling, prompt_keys)
+
+
+def test_timed_engine_tells_engine_time_from_waiting_on_steps():
+    """One 0.3 s engine call, then a 0.6 s step: the engine's share is the call, the rest waited on the step."""
+    from passband.training.episodes.groups import TimedEngine
+
+    timed = TimedEngine(SlowPolicy({"e0": [list(b"ok") + [IM_END]]}, seconds=0.3))
+    start = time.monotonic()
+    run_episodes(timed, tiny_tokenizer(), [SleepyEpisode(0.6)], ["e0"], SamplingConfig(max_tokens=8), EpisodeBudget())
+    wall = time.monotonic() - start
+    assert 0.3 <= timed.seconds < 0.6 and wall - timed.seconds >= 0.6

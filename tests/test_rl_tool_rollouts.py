@@ -32,6 +32,8 @@ def test_math_rows_roll_out_as_tool_episodes():
     assert {name: counts[name] for name in ("math/num_episodes", "math/num_turns", "math/num_tool_calls")} == \
         {"math/num_episodes": 4.0, "math/num_turns": 8.0, "math/num_tool_calls": 4.0}
     assert counts["episode_env_seconds"] > 0
+    # the scripted engine answers at once: nearly all of the episodes' wall time waited on the tool runs
+    assert 0 < counts["episode_wait_seconds"] <= counts["episode_wall_seconds"]
     verdicts = [MATH.verify([s.text for s in group], ["42"] * 2, config.reward.verifiers.math) for group in samples]
     assert [[v.status for v in group] for group in verdicts] == [["pass", "pass"]] * 2
     batch = build_rollout_batch(samples, [[v.score for v in group] for group in verdicts], [[True, True]] * 2,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from passband.training.engines.config import SamplingConfig
@@ -35,3 +37,23 @@ def episode_counts(task: str, groups: list[list[EpisodeResult]]) -> dict[str, fl
             f"{task}/num_turns": float(sum(r.num_turns for r in results)),
             f"{task}/num_tool_calls": float(sum(r.num_tool_calls for r in results)),
             "episode_env_seconds": sum(r.env_seconds for r in results)}
+
+
+@dataclass
+class TimedEngine:
+    """An engine that counts the wall seconds spent in its generate calls: around an episode batch,
+    the rest of the batch's wall time is what it waited on environment steps (and on the chat
+    template's tokenization of their answers)."""
+
+    engine: RolloutEngine
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.engine.name
+
+    def generate(self, prompts: Any, sampling: SamplingConfig, prompt_keys: list[str] | None = None) -> list[list[Sample]]:
+        start = time.perf_counter()
+        samples = self.engine.generate(prompts, sampling, prompt_keys)
+        self.seconds += time.perf_counter() - start
+        return samples
