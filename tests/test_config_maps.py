@@ -144,7 +144,8 @@ def test_every_map_of_configs_is_exercised_above() -> None:
                 owner = getattr(owner, part)
             reached.add((type(owner).__name__, path[-1]))
     empty_by_default = {("SFTConfig", "held_out"), ("RewardConfig", "judges"), ("EvalConfig", "judges"),
-                        ("EvaluateConfig", "judges"), ("VerifierSettings", "rewards")}
+                        ("EvaluateConfig", "judges"), ("VerifierSettings", "rewards"), ("RLConfig", "environments"),
+                        ("EvaluateConfig", "environments"), ("CurateConfig", "environments")}
     assert empty_by_default | reached == declared
     assert {("RLConfig", "datasets"), ("CurateConfig", "tasks"), ("EvaluateConfig", "suites"),
             ("EvalConfig", "suites"), ("SFTConfig", "generated")} <= reached

@@ -21,7 +21,9 @@ def _config(model_dir, **updates):
     from passband.flows.evaluate import EvaluateConfig
 
     return EvaluateConfig.model_validate({
-        "model": str(model_dir), "engine": {"in_process": True},
+        # the engine in its own process (evaluate's default): an in-process vLLM cannot start in a pytest
+        # process that imported flask (tests/test_weight_versions.py says why)
+        "model": str(model_dir),
         # math first: the samples table takes its columns from every row, not the first one
         "suites": {"math": {"suite": "math", "num_problems": 2, "seed": 9001},
                    "code": {"suite": "code", "num_problems": 3, "seed": 9001}},
