@@ -48,7 +48,8 @@ def main() -> None:
         overrides = [f"num_iterations={args.iterations}", "eval=null", "checkpoint_every=0",
                      f"rollout.max_off_policy_steps={k}", f"prompts_per_step={args.prompts}",
                      f"sampling={{n: {args.group}, temperature: 1.0, max_tokens: {length}, ignore_eos: true}}",
-                     "engine.max_model_len=1024",
+                     # room for the prompt beside a response of the full length
+                     f"engine.max_model_len={max(1024, length + 512)}",
                      # every response is cut at the length: score the cut text rather than mask it, since
                      # the mismatch metrics cover the rows the gradient sees
                      "reward.mask_truncated=false"]
