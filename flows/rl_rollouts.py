@@ -125,26 +125,23 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     episode's sample holds its tokens after the prompt with their loss mask, and its text is the last
     turn's, which the task's verifier scores as a single-turn answer."""
     from passband.tasks.steps.rollout import generate
-    from passband.training.episodes.groups import TimedEngine, episode_counts, episode_groups
+    from passband.training.episodes.groups import TimedEngine, episode_counts, episode_rows
     from passband.training.episodes.setups import episode_setups
 
-    by_row, counts = {}, {}
-    for task, (open_episode, budget) in episode_setups(config.math_tool, config.code_feedback, config.reward.verifiers,
-                                                       config.environments).items():
-        mine = [i for i, row in enumerate(rows) if row["task"] == task]
-        if mine:
-            timed, start = TimedEngine(engine), time.perf_counter()
-            episodes, results = episode_groups(timed, tokenizer, [rows[i] for i in mine], open_episode, sampling,
-                                               budget)
-            wall = time.perf_counter() - start
-            by_row |= dict(zip(mine, episodes))
-            task_counts = episode_counts(task, results)
-            # wall seconds of the episode batches, and of them the time outside the engine: waiting on
-            # environment steps (and tokenizing their answers), the multi-turn cost a single turn has not
-            counts |= task_counts | {
-                "episode_env_seconds": counts.get("episode_env_seconds", 0.0) + task_counts["episode_env_seconds"],
-                "episode_wall_seconds": counts.get("episode_wall_seconds", 0.0) + wall,
-                "episode_wait_seconds": counts.get("episode_wait_seconds", 0.0) + wall - timed.seconds}
+    setups = episode_setups(config.math_tool, config.code_feedback, config.reward.verifiers, config.environments)
+    timed, start = TimedEngine(engine), time.perf_counter()
+    episodic = episode_rows(timed, tokenizer, rows, setups, sampling)
+    wall = time.perf_counter() - start
+    by_row = {i: group for i, (group, _) in episodic.items()}
+    counts: dict[str, float] = {}
+    for task in {rows[i]["task"] for i in episodic}:
+        task_counts = episode_counts(task, [results for i, (_, results) in episodic.items() if rows[i]["task"] == task])
+        counts |= task_counts | {"episode_env_seconds": counts.get("episode_env_seconds", 0.0)
+                                 + task_counts["episode_env_seconds"]}
+    if episodic:
+        # wall seconds of the episode batches, and of them the time outside the engine: waiting on
+        # environment steps (and tokenizing their answers), the multi-turn cost a single turn has not
+        counts |= {"episode_wall_seconds": wall, "episode_wait_seconds": wall - timed.seconds}
     other = [i for i in range(len(rows)) if i not in by_row]
     single, _ = generate(engine, [prompts[i] for i in other], sampling) if other else ([], 0.0)
     by_row |= dict(zip(other, single))

@@ -10,7 +10,8 @@ from passband.training.engines.kv_cache import batch_kv_cache_gib, kv_bytes_per_
 from tiny_chat_model import tiny_tokenizer
 
 # SmolLM2-135M-Instruct's config.json (the keys the sizing reads)
-SMOLLM2 = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3, "num_hidden_layers": 30}
+SMOLLM2 = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3, "num_hidden_layers": 30,
+           "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True}
 
 
 @pytest.fixture

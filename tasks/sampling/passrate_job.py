@@ -148,22 +148,17 @@ def sample_shard(
     completion is the last turn, the one the task's verifier grades, and its row also holds the
     episode's turns and tool calls."""
     from passband.training.chat import render_prompt
-    from passband.training.episodes.groups import episode_groups
+    from passband.training.episodes.groups import episode_rows
     from passband.training.episodes.setups import episode_setups
 
     setups = episode_setups(sampling.math_tool, sampling.code_feedback, verifiers, sampling.environments)
     single = [i for i, row in enumerate(shard) if row["task"] not in setups]
     prompts = [render_prompt(tokenizer, shard[i]["prompt"], system_prompt) for i in single]
     by_index = dict(zip(single, engine.generate(prompts, sampling.attempts()) if single else []))
-    turns: dict[tuple[int, int], dict[str, Any]] = {}  # (problem, attempt) -> the episode's columns
-    for task, (open_episode, budget) in setups.items():
-        mine = [i for i, row in enumerate(shard) if row["task"] == task]
-        if mine:
-            groups, results = episode_groups(engine, tokenizer, [shard[i] for i in mine], open_episode,
-                                             sampling.attempts(), budget)
-            by_index |= dict(zip(mine, groups))
-            turns |= {(i, j): episode_columns(sample, result) for i, group, episodes in zip(mine, groups, results)
-                      for j, (sample, result) in enumerate(zip(group, episodes))}
+    episodic = episode_rows(engine, tokenizer, shard, setups, sampling.attempts())
+    by_index |= {i: group for i, (group, _) in episodic.items()}
+    turns = {(i, j): episode_columns(sample, result)  # (problem, attempt) -> the episode's columns
+             for i, (group, results) in episodic.items() for j, (sample, result) in enumerate(zip(group, results))}
     groups = [by_index[i] for i in range(len(shard))]
     samples = [
         {"problem_id": row["id"], "task": row["task"], "sample_index": s.sample_index, "completion": s.text,

@@ -15,16 +15,17 @@ import math
 from pathlib import Path
 from typing import Any
 
+from passband.training.memory_model import ModelShape
+from passband.training.memory_model import kv_bytes_per_token as shape_kv_bytes_per_token
+
 BLOCK_TOKENS = 128
 """vLLM's KV block on the CPU backend (the larger of CPU's 128 and CUDA's 16, so either fits)."""
 
 
 def kv_bytes_per_token(model_dir: Path, dtype: str) -> int:
     """K and V of one token over every layer, from the checkpoint's config.json (Llama-family keys)."""
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
-    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * (4 if dtype == "float32" else 2)
+    shape = ModelShape.from_hf_config(json.loads((Path(model_dir) / "config.json").read_text()))
+    return shape_kv_bytes_per_token(shape, dtype)
 
 
 def batch_kv_cache_gib(model_dir: Path, dtype: str, num_sequences: int, max_sequence_tokens: int) -> float:

@@ -28,6 +28,24 @@ def episode_groups(engine: RolloutEngine, tokenizer: Any, rows: list[dict[str, A
             for index, group in enumerate(groups)], groups
 
 
+EpisodeSetup = tuple[Callable[[dict[str, Any]], Episode], EpisodeBudget]
+"""(open an episode of a row, its EpisodeBudget): how one multi-turn task's rows run (setups.py: episode_setups)."""
+
+
+def episode_rows(engine: RolloutEngine, tokenizer: Any, rows: list[dict[str, Any]], setups: dict[str, EpisodeSetup],
+                 sampling: SamplingConfig) -> dict[int, tuple[list[Sample], list[EpisodeResult]]]:
+    """The rows of the tasks in `setups` as episodes, by their place in `rows`: (samples, episode
+    results) of each, task by task, a task's rows together. The other rows are single-turn: the
+    caller samples them its own way (evaluation, curation and RL seed them differently)."""
+    by_row: dict[int, tuple[list[Sample], list[EpisodeResult]]] = {}
+    for task, (open_episode, budget) in setups.items():
+        mine = [i for i, row in enumerate(rows) if row["task"] == task]
+        if mine:
+            groups, results = episode_groups(engine, tokenizer, [rows[i] for i in mine], open_episode, sampling, budget)
+            by_row |= dict(zip(mine, zip(groups, results)))
+    return by_row
+
+
 def episode_counts(task: str, groups: list[list[EpisodeResult]]) -> dict[str, float]:
     """Sums over a round's episodes of `task` (sums, so that rounds add up; mean turns per episode is
     num_turns / num_episodes): episodes, model turns, tool calls, and the wall seconds their

@@ -15,14 +15,13 @@ rows of programmatically verified tasks).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from passband.curation.catalog import VerifierSettings
 from passband.training.chat import render_prompt
 from passband.training.engines import RolloutEngine, SamplingConfig
-from passband.training.episodes.groups import episode_groups
+from passband.training.episodes.groups import EpisodeSetup, episode_rows
 from passband.training.evaluation.report import EvalReport, build_report
 from passband.training.judge.judge import Judge
 from passband.training.judge.score import judgement_columns, score_groups
@@ -65,10 +64,6 @@ def problem_key(set_name: str, row: dict[str, Any]) -> str:
     return f"{set_name}/{row['id']}"
 
 
-EpisodeSetup = tuple[Callable[[dict[str, Any]], Any], Any]
-"""(open an episode of a row, its EpisodeBudget): how a multi-turn task's rows are evaluated (training/episodes/)."""
-
-
 def evaluate(
     engine: RolloutEngine,
     sets: dict[str, list[dict[str, Any]]],
@@ -101,15 +96,10 @@ def evaluate(
     prompts = [render_prompt(tokenizer, problems[i][1]["prompt"], system_prompt) for i in single]
     keys = [problem_key(*problems[i]) for i in single]
     by_index = dict(zip(single, engine.generate(prompts, sampling, prompt_keys=keys) if single else []))
-    counts: dict[tuple[int, int], tuple[int, int]] = {}  # (problem, sample) -> (turns, tool calls)
-    for task, (open_episode, budget) in episodes.items():
-        mine = [i for i, (_, row) in enumerate(problems) if row["task"] == task]
-        if mine:
-            groups, results = episode_groups(engine, tokenizer, [problems[i][1] for i in mine], open_episode, sampling,
-                                             budget)
-            by_index |= dict(zip(mine, groups))
-            counts |= {(i, j): (result.num_turns, result.num_tool_calls)
-                       for i, group in zip(mine, results) for j, result in enumerate(group)}
+    episodic = episode_rows(engine, tokenizer, [row for _, row in problems], episodes, sampling)
+    by_index |= {i: group for i, (group, _) in episodic.items()}
+    counts = {(i, j): (result.num_turns, result.num_tool_calls)  # (problem, sample) -> (turns, tool calls)
+              for i, (_, results) in episodic.items() for j, result in enumerate(results)}
     samples = [by_index[i] for i in range(len(problems))]
     verdicts, judgements = score_groups(
         [row["task"] for _, row in problems], [row["prompt"] for _, row in problems],
