@@ -115,6 +115,37 @@ def worked_completion(problem: MathProblem, answer_format: AnswerFormat = "boxed
     return f"{reasoning_for(problem)} The answer is {final}."
 
 
+def draw_math_problems(
+    num_examples: int, seed: int, difficulties: list[int], subdomains: list[str] | None,
+    answer_format: AnswerFormat, exclude_questions: frozenset[str], balanced: bool, namespace: str = "worked",
+    what: str = "worked math",
+) -> list[tuple[tuple[int, str], MathProblem]]:
+    """`num_examples` distinct ((difficulty, subdomain), problem) draws, none asking a question of
+    `exclude_questions`, from generators seeded in `namespace` (not the suite's "math"), cycling through
+    (difficulty, subdomain) pairs (a pair that runs out is an error when `balanced`, otherwise it
+    leaves the cycle). Plain answers are whole numbers (a last-number extractor cannot read a fraction)."""
+    chosen = list(SUBDOMAINS) if subdomains is None else list(subdomains)
+    unknown = [name for name in chosen if name not in SUBDOMAINS]
+    if unknown or not chosen or not difficulties:
+        raise ValueError(f"{what}: subdomains must be a non-empty subset of {list(SUBDOMAINS)} "
+                         f"and difficulties non-empty, got {subdomains!r}, {difficulties!r}")
+    cells = [(d, name) for d in difficulties for name in chosen]
+    rngs = {cell: random.Random(f"{namespace}:{cell[1]}:{cell[0]}:{seed}") for cell in cells}
+    integer_only = answer_format == "plain"
+
+    def exhausted(cell: tuple[int, str] | None, drawn: int) -> str:
+        where = "all its cells" if cell is None else f"{cell[1]} at difficulty {cell[0]}"
+        return (f"{what}: {where} ran out of distinct problems outside the {len(exclude_questions)} "
+                f"held-out questions after {drawn} for {num_examples} examples; ask for fewer, or "
+                + ("name fewer subdomains, or draw unbalanced" if balanced else "add difficulties"))
+
+    return draw_round_robin(
+        cells, lambda cell: make_problem(cell[1], rngs[cell], cell[0], integer_only),
+        key=lambda problem: render_prompt(problem.question, answer_format), num=num_examples,
+        max_duplicate_draws=MAX_DUPLICATE_DRAWS, exhausted_message=exhausted, balanced=balanced,
+        excluded=lambda prompt: question_key(prompt) in exclude_questions)
+
+
 def worked_math_rows(
     num_examples: int, seed: int, difficulties: list[int], subdomains: list[str] | None = None,
     answer_format: AnswerFormat = "boxed", exclude_questions: frozenset[str] = frozenset(),
@@ -130,27 +161,8 @@ def worked_math_rows(
     """
     from passband.curation.verifiers.math import verify_math  # math-verify pulls in sympy: import on use
 
-    chosen = list(SUBDOMAINS) if subdomains is None else list(subdomains)
-    unknown = [name for name in chosen if name not in SUBDOMAINS]
-    if unknown or not chosen or not difficulties:
-        raise ValueError(f"worked math: subdomains must be a non-empty subset of {list(SUBDOMAINS)} "
-                         f"and difficulties non-empty, got {subdomains!r}, {difficulties!r}")
-    cells = [(d, name) for d in difficulties for name in chosen]
-    rngs = {cell: random.Random(f"worked:{cell[1]}:{cell[0]}:{seed}") for cell in cells}
-    # A last-number extractor cannot read a fraction: plain answers are whole numbers.
-    integer_only = answer_format == "plain"
-
-    def exhausted(cell: tuple[int, str] | None, drawn: int) -> str:
-        where = "all its cells" if cell is None else f"{cell[1]} at difficulty {cell[0]}"
-        return (f"worked math: {where} ran out of distinct problems outside the {len(exclude_questions)} "
-                f"held-out questions after {drawn} for {num_examples} examples; ask for fewer, or "
-                + ("name fewer subdomains, or draw unbalanced" if balanced else "add difficulties"))
-
-    drawn = draw_round_robin(
-        cells, lambda cell: make_problem(cell[1], rngs[cell], cell[0], integer_only),
-        key=lambda problem: render_prompt(problem.question, answer_format), num=num_examples,
-        max_duplicate_draws=MAX_DUPLICATE_DRAWS, exhausted_message=exhausted, balanced=balanced,
-        excluded=lambda prompt: question_key(prompt) in exclude_questions)
+    drawn = draw_math_problems(num_examples, seed, difficulties, subdomains, answer_format, exclude_questions,
+                               balanced)
     rows = [
         {
             "id": f"worked-{subdomain}-d{difficulty}-s{seed}-{i}",

@@ -29,7 +29,7 @@ def curate_outputs(config: CurateConfig, with_sft: bool) -> set[str]:
 def sft_outputs(config: SFTConfig) -> set[str]:
     """What an SFT run of `config` outputs (flows/sft.py): each stage's checkpoint, the last as
     `checkpoint`, and the datasets it generated."""
-    built = {*config.generated, *config.worked_analyses}
+    built = config.built_in
     used = {name for stage in config.stages for name in stage.datasets}
     return {"checkpoint", *(f"stage{index}_checkpoint" for index in range(1, len(config.stages) + 1)),
             *(f"data_{name}" for name in used & built)}

@@ -10,6 +10,7 @@ skips completed stages and continues a broken one from its last checkpoint (task
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from passband.flows.config import Config
 from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
 from passband.tasks.stages.summary import RunSummary
 from passband.flows.eval_config import EvalConfig
+from passband.training.episodes.math_python import MathToolConfig
 from passband.training.sft.config import DistributedConfig, StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -77,6 +79,31 @@ class WorkedAnalysisSource(Config):
     problems with a worked chain, only 31 of them combinatorics)."""
 
 
+class ToolTraceSource(Config):
+    """Built-in SFT data for math with the Python tool: procedural math problems, each a teacher-written
+    episode (a `python` call whose program computes the answer, the sandbox's real output, then the
+    answer) run through the math-with-Python environment and kept only when the program printed the
+    answer and the answer passed the math verifier (curation/tool_math.py, training/episodes/teacher.py).
+    Rows are token-exact under the SFT model's tokenizer, with loss on the teacher's turns only. Never a
+    held-out question."""
+
+    num_examples: int = Field(200, ge=1)
+    """Distinct problems to write episodes for (cycling over difficulty x sub-domain)."""
+    difficulties: list[int] = [0]
+    """Math suite difficulties to draw from."""
+    subdomains: list[str] | None = None
+    """Math sub-domains (default: all five)."""
+    seed: int = 0
+    """Seed of the problem generators (their own namespace, "tool": neither the suite's nor worked math's)."""
+    answer_format: AnswerFormat = "plain"
+    """What the prompts ask for and the last turn gives: `plain` (the number) or `boxed`."""
+    balanced: bool = True
+    """As WorkedMathSource.balanced."""
+    math_tool: MathToolConfig = MathToolConfig()
+    """The environment the episodes run in: take RL's and evaluate's `math_tool`, so the system message,
+    the tool's limits and the budget are the ones the model meets there."""
+
+
 class SFTConfig(Config):
     """Curriculum SFT: stages in order, each starting from the previous stage's final checkpoint."""
 
@@ -93,6 +120,9 @@ class SFTConfig(Config):
     worked_analyses: dict[str, WorkedAnalysisSource] = {}
     """Built-in proof-grading analyses by name (names apart from `generated`'s); only those a stage
     names are generated."""
+    tool_traces: dict[str, ToolTraceSource] = Field({}, exclude_if=lambda sources: not sources)
+    """Built-in teacher-written tool episodes for math with the Python tool, by name (names apart from
+    the other built-in sources'); only those a stage names are generated. {}: none."""
     eval: EvalConfig | None = EvalConfig(
         suites={"math": ProblemSource(suite="math", num_problems=32, seed=1000, difficulty=0, answer_format="boxed")},
         verifiers={"math": {"answer_format": "boxed"}}, sampling=SamplingConfig(n=4, temperature=0.6, max_tokens=96))
@@ -119,9 +149,11 @@ class SFTConfig(Config):
         names = [stage.name for stage in self.stages]
         if not names:
             raise ValueError("stages is empty")
-        both = sorted(set(self.generated) & set(self.worked_analyses))
-        if both:
-            raise ValueError(f"generated and worked_analyses both name {both}: a dataset name means one source")
+        sources = {"generated": self.generated, "worked_analyses": self.worked_analyses, "tool_traces": self.tool_traces}
+        for (first, names_a), (second, names_b) in itertools.combinations(sources.items(), 2):
+            both = sorted(set(names_a) & set(names_b))
+            if both:
+                raise ValueError(f"{first} and {second} both name {both}: a dataset name means one source")
         bad = [name for name in names if not _STAGE_NAME.fullmatch(name)]
         if bad or len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique and use letters, digits and ._- (got {names})")
@@ -139,20 +171,26 @@ class SFTConfig(Config):
     def _dataset_problem(self, name: str) -> str | None:
         """Why a stage's dataset name would not load when the stage starts, or None (a pipeline
         reference is the pipeline's to check: flows/pipeline_refs.py)."""
-        if name in self.generated or name in self.worked_analyses or name.startswith(("@", *ARTIFACT_SCHEMES)):
+        if name in self.built_in or name.startswith(("@", *ARTIFACT_SCHEMES)):
             return None
         if Path(name).suffix in (".jsonl", ".parquet"):
             return None if Path(name).is_file() else f"{name}: no such file (relative to {Path.cwd()})"
-        return (f"{name!r} is none of: a key of generated ({', '.join(self.generated) or 'none'}) or of "
-                f"worked_analyses ({', '.join(self.worked_analyses) or 'none'}), a dataset URI (file://, s3://), "
-                f"a .jsonl/.parquet chat file")
+        return (f"{name!r} is none of: a key of generated ({', '.join(self.generated) or 'none'}), of "
+                f"worked_analyses ({', '.join(self.worked_analyses) or 'none'}) or of tool_traces "
+                f"({', '.join(self.tool_traces) or 'none'}), a dataset URI (file://, s3://), a .jsonl/.parquet chat file")
+
+    @property
+    def built_in(self) -> set[str]:
+        """The names of the built-in sources (generated, worked_analyses, tool_traces)."""
+        return set(self.generated) | set(self.worked_analyses) | set(self.tool_traces)
 
 
-def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> dict[str, str]:
-    """Each dataset name the stages use -> the URI or path its rows are read from."""
+def _dataset_refs(config: SFTConfig, eval_prompts: list[str], model_dir: str, run_id: str) -> dict[str, str]:
+    """Each dataset name the stages use -> the URI or path its rows are read from (tool traces are
+    tokenized with `model_dir`'s tokenizer, the checkpoint the first stage trains)."""
     from passband.tasks.reporting import tracking
     from passband.tasks.artifacts.datasets import read_table
-    from passband.tasks.steps.sft_data import commit_worked_analyses, commit_worked_math
+    from passband.tasks.steps.sft_data import commit_tool_traces, commit_worked_analyses, commit_worked_math
 
     refs: dict[str, str] = {}
     for name in dict.fromkeys(name for stage in config.stages for name in stage.datasets):
@@ -160,6 +198,9 @@ def _dataset_refs(config: SFTConfig, eval_prompts: list[str], run_id: str) -> di
             refs[name] = commit_worked_math(config.generated[name].model_dump(), eval_prompts)
         elif name in config.worked_analyses:
             refs[name] = commit_worked_analyses(config.worked_analyses[name].model_dump(), eval_prompts)
+        elif name in config.tool_traces:
+            refs[name] = commit_tool_traces(config.tool_traces[name].model_dump(mode="json"), eval_prompts,
+                                            config.model, model_dir)
         else:
             refs[name] = name
         if refs[name].startswith(ARTIFACT_SCHEMES):
@@ -252,10 +293,9 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
             eval_sets = eval_sets_from(config.eval.datasets, config.eval.suites, run_id=run_id)
             metrics |= _evaluate(model_dir, eval_sets, config, "before", 0, run_id)
         eval_prompts = _held_out_prompts(config, eval_sets, run_id)
-        refs = _dataset_refs(config, eval_prompts, run_id)
+        refs = _dataset_refs(config, eval_prompts, model_dir, run_id)
         # datasets this run built are outputs; those it was given by URI are its inputs
-        outputs = {f"data_{name}": ref for name, ref in refs.items()
-                   if name in config.generated or name in config.worked_analyses}
+        outputs = {f"data_{name}": ref for name, ref in refs.items() if name in config.built_in}
 
         start_from, start_dir, step_offset = config.model, model_dir, 0
         trained: list[tuple[float, float]] = []  # (tokens_per_s, peak_memory_mb) of the stages that ran steps

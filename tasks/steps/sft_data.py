@@ -66,6 +66,25 @@ def commit_worked_analyses(spec: dict[str, Any], decontaminate_prompts: list[str
         **spec, excluded=lambda question: question_key(question) in held_out))
 
 
+@task(name="generate-tool-traces", retries=2, retry_delay_seconds=2)
+def commit_tool_traces(spec: dict[str, Any], decontaminate_prompts: list[str], model_ref: str, model_dir: str) -> str:
+    """Write, run and commit teacher tool episodes (flows/sft.py: ToolTraceSource) that ask no held-out
+    question, tokenized by `model_dir`'s tokenizer (the artifact is keyed by `model_ref`, the model as
+    the config names it: token ids mean something under that tokenizer only); return the URI."""
+    from passband.curation.worked_math import draw_math_problems
+    from passband.training.episodes.math_python import MathToolConfig
+    from passband.training.episodes.teacher import math_tool_traces
+    from passband.training.model_source import load_tokenizer
+
+    held_out = held_out_keys(decontaminate_prompts)
+    drawn = draw_math_problems(spec["num_examples"], spec["seed"], spec["difficulties"], spec["subdomains"],
+                               spec["answer_format"], held_out, spec["balanced"], namespace="tool",
+                               what="tool traces")
+    kept, quarantined = math_tool_traces(load_tokenizer(model_dir), drawn, spec["seed"], spec["answer_format"],
+                                         MathToolConfig.model_validate(spec["math_tool"]))
+    return _commit_generated("tool_traces", {**spec, "tokenizer_of": model_ref}, held_out, kept, quarantined)
+
+
 @task(name="load-sft-dataset", retries=2, retry_delay_seconds=2)
 def load_dataset_rows(ref: str) -> tuple[list[dict], list[dict]]:
     """(usable rows, quarantined rows) of an artifact URI or a local JSONL/Parquet file."""
