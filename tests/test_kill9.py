@@ -226,10 +226,12 @@ def _rl_args(digits: Path, tmp_path: Path, lora: dict | None = None, **settings)
 
 
 @pytest.mark.slow  # three `passband run rl` processes: 100 s in all on the shared 2-core box
-@pytest.mark.parametrize("max_off_policy_steps,lora", [  # 1: the rollouts in flight at the kill come from the checkpoint
-    (0, None), (1, None), (0, {"rank": 4})])  # LoRA: the adapters and their AdamW state resume
-def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps, lora):
-    args = _rl_args(digits, tmp_path, lora, rollout={"max_off_policy_steps": max_off_policy_steps})
+@pytest.mark.parametrize("max_off_policy_steps,lora,math_tool", [  # 1: the rollouts in flight at the kill come from the checkpoint
+    (0, None, None), (1, None, None), (0, {"rank": 4}, None),  # LoRA: the adapters and their AdamW state resume
+    (1, None, {})])  # math as tool episodes: the episodes in flight at the kill come from the checkpoint, token-exact
+def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps, lora, math_tool):
+    extra = {} if math_tool is None else {"math_tool": math_tool}
+    args = _rl_args(digits, tmp_path, lora, rollout={"max_off_policy_steps": max_off_policy_steps}, **extra)
     checkpoints = "checkpoints/rl/*/iter-*/manifest.json"
     full, _, full_s = run_to_end(args, tmp_path / "full", RUN_TIMEOUT_S, "uninterrupted")
 
@@ -273,7 +275,10 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_
     resumed_at = (home / "artifacts" / mine_keys[f"iter-{last:06d}"]).as_uri()
     moved = _max_abs_diff(resumed_at, rerun["outputs"]["checkpoint"])
     assert last == RL_ITERATIONS or moved > 0
-    _report(f"rl, max_off_policy_steps {max_off_policy_steps}{', lora' if lora else ''}", [
+    if math_tool is not None:  # every iteration trained on episodes: their counts are logged once per iteration
+        assert _steps(home, rerun["mlflow_run_id"], "math/num_episodes") == list(range(last + 1, RL_ITERATIONS + 1))
+    _report(f"rl, max_off_policy_steps {max_off_policy_steps}{', lora' if lora else ''}"
+            f"{', math tool episodes' if math_tool is not None else ''}", [
         f"killed: {killed.describe()}",
         f"rerun resumed after iteration {last}, ran iterations {last + 1}..{RL_ITERATIONS} once each; prompt ids "
         f"of iterations {last + 1}..{RL_ITERATIONS} equal the uninterrupted run's: "
