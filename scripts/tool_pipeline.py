@@ -5,7 +5,7 @@ once more without the tool on the same held-out problems.
 
 Runs `pipeline --preset math-tool` in PASSBAND_HOME (default: a fresh temporary folder; a rerun in
 the same --home reuses every stage that completed, through the stage cache), which curates by tool episodes, SFTs on teacher tool
-traces, re-curates, runs RL on the tool task and evaluates base, SFT and RL as tool episodes on the
+traces, runs RL on the tool task and evaluates base, SFT and RL as tool episodes on the
 held-out split. Then the evaluate flow scores the same three checkpoints on the same split, with
 the same sampling, single-turn (`math_tool: null`: no tool offered, the math suite's own prompt).
 Prints, per checkpoint: pass@1 with the tool and without it (95% intervals over problems), their
