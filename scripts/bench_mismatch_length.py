@@ -1,0 +1,101 @@
+"""What each rejecting correction drops of on-policy rollouts as responses grow, bf16 sampling
+against an fp32 trainer, on a box without a bf16 engine worth running (issue 53: the `gpu` preset's
+correction at 1024-token responses).
+
+    .venv/bin/python scripts/bench_mismatch_length.py [--prompts 8] [--group 4] [--tokens 1024]
+                                                      [--lengths 128 256 512 1024]
+
+On an AVX2-only CPU vLLM's bf16 is emulated (5x slower) and `dtype: auto` samples in fp32, where
+the engine's and the trainer's log-probs agree to ~1e-10 and nothing is rejected: the mismatch the
+`gpu` preset meets (a bf16 engine, an fp32 or autocast trainer) does not arise. This measures its
+proxy: vLLM (fp32) samples prompts x group responses of exactly --tokens tokens (ignore_eos) from
+the shipped SmolLM2-135M-Instruct on the RL demo's math, code and ifeval prompts; the same model in
+transformers scores every response token in bf16 (the "engine") and in fp32 (the "trainer"), and
+`training.rl.mismatch.rejection_fractions` says what seq-MIS, token-MIS (C = 2) and geo-MIS (1.001)
+would reject at each length, taking each response's first L tokens (a prefix of a sample is the
+sample a shorter max_tokens draws). Prints vllm_kl (mismatch_kl) and the fractions per length.
+
+What it is not: vLLM's bf16 kernels (a fused attention and sampler) round differently from
+transformers' eager bf16 forward, and a 1.5B model from a 135M one, so read the growth with length
+and the modes' order, not the exact rates a GPU run will log (`mismatch_would_reject/*` every update).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+
+def token_logprobs(model, prompt_ids: list[int], response_ids: list[int]):
+    """log p(response token | everything before it) under `model`, fp32 log-softmax of its logits."""
+    import torch
+
+    ids = torch.tensor([prompt_ids + response_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1:-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(response_ids)[:, None])[:, 0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=1024)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024])
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from passband.curation.suites.code_suite import generate_code
+    from passband.curation.suites.ifeval_suite import generate_ifeval
+    from passband.curation.suites.math_suite import generate_math
+    from passband.training.chat import render_prompt
+    from passband.training.engines import EngineConfig, SamplingConfig
+    from passband.training.engines.vllm_engine import VLLMEngine
+    from passband.training.model_source import gguf_to_safetensors, load_tokenizer, smollm2_gguf_path
+    from passband.training.rl.mismatch import mismatch_kl, rejection_fractions
+
+    model_dir = gguf_to_safetensors(smollm2_gguf_path(), Path(tempfile.mkdtemp(prefix="bench-model-")))
+    tokenizer = load_tokenizer(model_dir)
+    per_task = -(-args.prompts // 3)
+    rows = [*generate_math(per_task, seed=1, difficulty=0), *generate_code(per_task, seed=1),
+            *generate_ifeval(per_task, seed=1, difficulty="easy")][:args.prompts]
+    prompts = [render_prompt(tokenizer, row["prompt"], None) for row in rows]
+
+    start = time.perf_counter()
+    engine = VLLMEngine(model_dir, EngineConfig(dtype="float32", max_model_len=args.tokens + 512))
+    groups = engine.generate(prompts, SamplingConfig(n=args.group, temperature=1.0, max_tokens=args.tokens,
+                                                     ignore_eos=True, seed=0))
+    engine.close()
+    samples = [sample for group in groups for sample in group]
+    sampled_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    scored = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager").eval()
+        scored[dtype] = torch.stack([token_logprobs(model, list(s.prompt_token_ids), list(s.token_ids))
+                                     for s in samples])
+        del model
+    scored_s = time.perf_counter() - start
+    trainer, engine_logp = scored[torch.float32], scored[torch.bfloat16]
+    bounds = {"seq_mis": (2.0, None), "token_mis": (2.0, None), "geo_mis": (1.001, None)}
+
+    print(f"\n{len(samples)} responses ({len(rows)} prompts x {args.group}) of {args.tokens} tokens; "
+          f"sampled in {sampled_s:.0f} s, scored in fp32 and bf16 in {scored_s:.0f} s\n")
+    print("| response tokens | vllm_kl (bf16 vs fp32) | seq-MIS rejects (seqs) | geo-MIS rejects (seqs) "
+          "| token-MIS: seqs with a rejected token | token-MIS: tokens rejected | max abs token log-ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for length in args.lengths:
+        t, e = trainer[:, :length], engine_logp[:, :length]
+        mask = torch.ones_like(t)
+        fractions = rejection_fractions(t, e, mask, bounds)
+        print(f"| {length} | {mismatch_kl(t, e, mask):.2e} | {fractions['seq_mis']:.3f} | {fractions['geo_mis']:.3f} "
+              f"| {fractions['token_mis']:.3f} | {fractions['token_mis_tokens']:.4f} | {float((t - e).abs().max()):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
