@@ -10,13 +10,16 @@ the engine's and the trainer's log-probs agree to ~1e-10 and nothing is rejected
 `gpu` preset meets (a bf16 engine, an fp32 or autocast trainer) does not arise. This measures its
 proxy: vLLM (fp32) samples prompts x group responses of exactly --tokens tokens (ignore_eos) from
 the shipped SmolLM2-135M-Instruct on the RL demo's math, code and ifeval prompts; the same model in
-transformers scores every response token in bf16 (the "engine") and in fp32 (the "trainer"), and
+transformers scores every response token in fp32 (the "trainer") and with bf16 numerics (the
+"engine": its weights rounded to bf16 and every linear layer's, norm's and embedding's output
+rounded to bf16, accumulating in fp32 as a GPU's bf16 GEMMs do; an fp32 forward otherwise, so it
+runs at fp32 speed where bf16 arithmetic is emulated), and
 `training.rl.mismatch.rejection_fractions` says what seq-MIS, token-MIS (C = 2) and geo-MIS (1.001)
 would reject at each length, taking each response's first L tokens (a prefix of a sample is the
 sample a shorter max_tokens draws). Prints vllm_kl (mismatch_kl) and the fractions per length.
 
-What it is not: vLLM's bf16 kernels (a fused attention and sampler) round differently from
-transformers' eager bf16 forward, and a 1.5B model from a 135M one, so read the growth with length
+What it is not: vLLM's bf16 kernels (a fused attention and sampler) round in other places than
+these hooks, and a 1.5B model differs from a 135M one, so read the growth with length
 and the modes' order, not the exact rates a GPU run will log (`mismatch_would_reject/*` every update).
 """
 
@@ -26,6 +29,23 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+
+
+def with_bf16_numerics(model):
+    """`model` (fp32) with bf16 weights and bf16 outputs of every linear layer, norm and embedding,
+    computed in fp32 between the roundings."""
+    import torch
+
+    def rounded(module, inputs, output):
+        return output.to(torch.bfloat16).to(torch.float32)
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.to(torch.bfloat16).to(torch.float32))
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear | torch.nn.Embedding) or type(module).__name__.endswith("RMSNorm"):
+            module.register_forward_hook(rounded)
+    return model
 
 
 def token_logprobs(model, prompt_ids: list[int], response_ids: list[int]):
@@ -75,17 +95,18 @@ def main() -> None:
 
     start = time.perf_counter()
     scored = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager").eval()
-        scored[dtype] = torch.stack([token_logprobs(model, list(s.prompt_token_ids), list(s.token_ids))
-                                     for s in samples])
+    for numerics in ("fp32", "bf16"):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+        model = with_bf16_numerics(model) if numerics == "bf16" else model
+        scored[numerics] = torch.stack([token_logprobs(model, list(s.prompt_token_ids), list(s.token_ids))
+                                        for s in samples])
         del model
     scored_s = time.perf_counter() - start
-    trainer, engine_logp = scored[torch.float32], scored[torch.bfloat16]
+    trainer, engine_logp = scored["fp32"], scored["bf16"]
     bounds = {"seq_mis": (2.0, None), "token_mis": (2.0, None), "geo_mis": (1.001, None)}
 
     print(f"\n{len(samples)} responses ({len(rows)} prompts x {args.group}) of {args.tokens} tokens; "
-          f"sampled in {sampled_s:.0f} s, scored in fp32 and bf16 in {scored_s:.0f} s\n")
+          f"sampled in {sampled_s:.0f} s, scored in fp32 and with bf16 numerics in {scored_s:.0f} s\n")
     print("| response tokens | vllm_kl (bf16 vs fp32) | seq-MIS rejects (seqs) | geo-MIS rejects (seqs) "
           "| token-MIS: seqs with a rejected token | token-MIS: tokens rejected | max abs token log-ratio |")
     print("|---|---|---|---|---|---|---|")
