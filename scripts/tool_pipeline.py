@@ -23,13 +23,6 @@ import time
 from pathlib import Path
 
 
-def _samples(run_id: str) -> list[dict]:
-    from passband.tasks.artifacts.datasets import read_table
-    from passband.tasks.artifacts.store import open_store
-
-    return read_table(open_store().uri(f"evaluations/{run_id}/samples")).to_pylist()
-
-
 def _per_problem(rows: list[dict]) -> dict[str, float]:
     """Problem id -> its mean score over its samples."""
     scores: dict[str, list[float]] = {}
@@ -45,23 +38,21 @@ def main() -> None:
     os.environ["PASSBAND_HOME"] = str(args.home or tempfile.mkdtemp(prefix="passband-tool-pipeline-"))
 
     import numpy as np
-    from mlflow import MlflowClient
-
     from passband.flows.config import resolve_config
     from passband.flows.evaluate import EvaluateConfig, evaluate
-    from passband.flows.pipeline import PipelineConfig, pipeline
-    from passband.tasks.reporting import tracking
+    from passband.flows.pipeline import PipelineConfig, _evaluate_config, pipeline
+    from passband.tasks.artifacts.datasets import read_table
     from passband.training.evaluation.intervals import difference_interval
 
     start = time.perf_counter()
     config = resolve_config(PipelineConfig, "pipeline", "math-tool", None, [])
     summary = pipeline(config)
     pipeline_run, pipeline_s = summary.mlflow_run_id, time.perf_counter() - start
-    tracking.configure()
-    client = MlflowClient()
-    evaluations = {run.info.run_name: run.info.run_id for run in client.search_runs(
-        [client.get_run(pipeline_run).info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{pipeline_run}'")
-        if run.info.run_name.startswith("evaluate-")}
+    outputs: dict[str, dict[str, str]] = {}
+    for name, uri in summary.outputs.items():
+        if "." in name:
+            stage, output = name.split(".", 1)
+            outputs.setdefault(stage, {})[output] = uri
     split = summary.outputs["curate.eval_math"]
     checkpoints = {"base": config.model, "sft": summary.outputs["sft.checkpoint"], "rl": summary.outputs["rl.checkpoint"]}
 
@@ -69,17 +60,24 @@ def main() -> None:
     print("| checkpoint | pass@1 with the tool | pass@1 without | with - without (paired) | tool calls / episode "
           "| turns / episode | episodes that ran the tool |")
     print("|---|---|---|---|---|---|---|")
+    tool_runs = {}
     for label, checkpoint in checkpoints.items():
-        tool_rows = _samples(evaluations[f"evaluate-{label}"])
+        # the pipeline's own evaluation of the checkpoint, served from the stage cache
+        base_samples = tool_runs["base"].outputs["samples"] if tool_runs else None
+        tool_runs[label] = evaluate(_evaluate_config(config, outputs, label, checkpoint, base_samples),
+                                    run_name=f"evaluate-{label}")
+        # the model's own rows (with a baseline, the table holds the baseline's beside them)
+        tool_rows = [row for row in read_table(tool_runs[label].outputs["samples"]).to_pylist()
+                     if row["checkpoint"] == "model"]
         plain_start = time.perf_counter()
         plain = evaluate(EvaluateConfig.model_validate(
             {**config.evaluate.model_dump(mode="json"), "model": checkpoint, "math_tool": None, "baseline": None,
              "baseline_samples": None, "datasets": {"math": split}}), run_name=f"evaluate-{label}-no-tool")
-        plain_rows = _samples(plain.mlflow_run_id)
+        plain_rows = [row for row in read_table(plain.outputs["samples"]).to_pylist() if row["checkpoint"] == "model"]
         with_tool, without = _per_problem(tool_rows), _per_problem(plain_rows)
         problems = sorted(with_tool)
         difference, low, high = difference_interval(np.array([with_tool[p] - without[p] for p in problems]))
-        metrics = client.get_run(evaluations[f"evaluate-{label}"]).data.metrics
+        metrics = tool_runs[label].metrics
         ran = sum(row["num_tool_calls"] > 0 for row in tool_rows) / len(tool_rows)
         print(f"| {label} | {metrics['math/pass@1']:.3f} [{metrics['math/pass@1_ci_low']:.3f}, "
               f"{metrics['math/pass@1_ci_high']:.3f}] | {plain.metrics['math/pass@1']:.3f} "
