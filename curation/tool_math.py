@@ -6,7 +6,7 @@ teacher"): the student's own verified episodes hold few tool calls while a small
 the tool, so a template teacher writes the call. Its first turn calls the `python` tool in the
 Hermes format (training/episodes/tool_calls.py) with a short program; its second reads the output and
 gives the answer as the prompt asks. The turns are text: the episode that runs them (the real
-sandbox runs the program, the math verifier grades the answer, training/episodes/scripted.py) makes
+sandbox runs the program, the math verifier grades the answer, training/episodes/teacher.py) makes
 the tokens and keeps only episodes whose program printed the answer and whose answer passed.
 
 Programs compute, they do not print a constant: each kind's is how one would check the answer in

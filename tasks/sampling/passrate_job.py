@@ -157,8 +157,8 @@ def sample_shard(
     by_index = dict(zip(single, engine.generate(prompts, sampling.attempts()) if single else []))
     episodic = episode_rows(engine, tokenizer, shard, setups, sampling.attempts())
     by_index |= {i: group for i, (group, _) in episodic.items()}
-    turns = {(i, j): episode_columns(sample, result)  # (problem, attempt) -> the episode's columns
-             for i, (group, results) in episodic.items() for j, (sample, result) in enumerate(zip(group, results))}
+    turns = {(i, j): result.token_columns()  # (problem, attempt) -> the episode's columns
+             for i, (_, results) in episodic.items() for j, result in enumerate(results)}
     groups = [by_index[i] for i in range(len(shard))]
     samples = [
         {"problem_id": row["id"], "task": row["task"], "sample_index": s.sample_index, "completion": s.text,
@@ -173,15 +173,6 @@ def sample_shard(
     summaries = [{"problem_id": row["id"], **summary}
                  for row, summary in zip(shard, summarize_attempts(statuses, k=sampling.top_k))]
     return summaries, samples
-
-
-def episode_columns(sample: Any, result: Any) -> dict[str, Any]:
-    """An episode attempt's extra columns: its turns and tool calls, and its exact tokens (the opening
-    prompt, then the sampled and environment tokens) with the mask that is 1 on the sampled ones,
-    so a passing episode becomes a token-exact SFT trace (curation.curate_rows: SFT_COLUMNS)."""
-    return {"num_turns": result.num_turns, "num_tool_calls": result.num_tool_calls,
-            "input_ids": list(sample.prompt_token_ids) + list(sample.token_ids),
-            "loss_mask": [0] * len(sample.prompt_token_ids) + list(sample.loss_mask)}
 
 
 @task(name="commit-shard", retries=2, retry_delay_seconds=2)

@@ -53,6 +53,14 @@ class EpisodeResult:
         """The last model turn's text."""
         return next(m["content"] for m in reversed(self.messages) if m["role"] == "assistant")
 
+    def token_columns(self) -> dict[str, Any]:
+        """Its turns and tool calls, and its exact tokens (the opening prompt, then the sampled and
+        environment tokens) with the mask that is 1 on the sampled ones: the columns that make a
+        passing episode a token-exact SFT trace (curation.curate_rows: SFT_COLUMNS)."""
+        return {"num_turns": self.num_turns, "num_tool_calls": self.num_tool_calls,
+                "input_ids": list(self.tokens.prompt_ids) + list(self.tokens.token_ids),
+                "loss_mask": [0] * len(self.tokens.prompt_ids) + list(self.tokens.loss_mask)}
+
     def to_sample(self, prompt_index: int, sample_index: int) -> Sample:
         """As the engine's Sample of one completion: the tokens after the prompt, their mask and log-probs."""
         return Sample(prompt_index=prompt_index, sample_index=sample_index, token_ids=self.tokens.token_ids,

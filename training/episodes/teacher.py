@@ -107,9 +107,5 @@ def math_tool_traces(
         if reason:
             quarantined.append(quarantine(row, reason))
             continue
-        tokens = result.tokens
-        kept.append({**row, "completion": result.final_text, "num_turns": result.num_turns,
-                     "num_tool_calls": result.num_tool_calls,
-                     "input_ids": list(tokens.prompt_ids) + list(tokens.token_ids),
-                     "loss_mask": [0] * len(tokens.prompt_ids) + list(tokens.loss_mask)})
+        kept.append({**row, "completion": result.final_text, **result.token_columns()})
     return kept, quarantined
