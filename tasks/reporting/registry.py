@@ -3,6 +3,7 @@ pipeline's best one in the model registry with its lineage and the `champion` al
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -18,25 +19,26 @@ CHAMPION_ALIAS = "champion"
 """The registry alias of the pipeline's best checkpoint: `models:/<name>@champion` (aliases, not
 the deprecated stages)."""
 MODEL_REQUIREMENTS = ("torch", "transformers", "accelerate", "safetensors")
+ADAPTER_MODEL = "adapter_model"
+"""Where a LoRA checkpoint's adapter is logged as an MLflow model: `runs:/<run>/adapter_model`."""
 
 
 @task(name="log-model", retries=2, retry_delay_seconds=5, cache_policy=NONE)
 def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
     """The checkpoint as an MLflow transformers model (`text-generation`) at the run's `model/`:
     `mlflow.transformers.load_model("runs:/<run>/model")` (or `models:/passband-reasoner@champion`
-    once registered) returns a generation pipeline; a LoRA checkpoint's model is its merged weights, its
-    adapter goes to the run's `adapter/` (`PeftModel.from_pretrained(base, <that folder>)`). The
-    trainer-only files stay out; `card`
-    becomes the model's README.md (its model card); the tag `model.checkpoint_uri` points at
-    the full checkpoint (optimizer and RNG included) for resuming."""
-    import importlib.metadata
+    once registered) returns a generation pipeline. A LoRA checkpoint's `model/` is its merged
+    weights; its adapter (peft's layout) goes to the run's `adapter/` as plain files
+    (`PeftModel.from_pretrained(base, <that folder>)`) and to `adapter_model/` as a second MLflow
+    transformers model built from a peft `PeftModel` (`_log_adapter_model`), which stores the adapter
+    alone and loads on its base. The trainer-only files stay out; `card` becomes each model's
+    README.md (its model card); the tag `model.checkpoint_uri` points at the full checkpoint
+    (optimizer and RNG included) for resuming."""
     import shutil
     import tempfile
-    from pathlib import Path
 
     import mlflow.transformers
     from mlflow import MlflowClient
-    from mlflow.models import infer_signature
 
     from passband.tasks.reporting import tracking
     from passband.training.checkpoint import ADAPTER_FOLDER
@@ -50,16 +52,65 @@ def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
         (checkpoint / "README.md").write_text(card or f"passband checkpoint {checkpoint_uri}\n")
         mlflow.transformers.save_model(
             transformers_model=str(checkpoint), path=str(Path(tmp) / "model"), task="text-generation",
-            signature=infer_signature("What is 2 + 3? Answer with just the number.", "5"),
-            # Pinned from this environment: MLflow's own inference imports torchvision, which does
-            # not import beside torch 2.13.0+cpu.
-            pip_requirements=[f"{name}=={importlib.metadata.version(name)}" for name in MODEL_REQUIREMENTS],
+            signature=_signature(), pip_requirements=_pinned(MODEL_REQUIREMENTS),
         )
         MlflowClient().log_artifacts(run_id, str(Path(tmp) / "model"), "model")
-    adapter = fetch_artifact(checkpoint_uri) / ADAPTER_FOLDER
-    if adapter.is_dir():  # LoRA: the model above is merged; the adapter (peft's layout) is kept as well
-        MlflowClient().log_artifacts(run_id, str(adapter), "adapter")
+        adapter = fetch_artifact(checkpoint_uri) / ADAPTER_FOLDER
+        if adapter.is_dir():  # LoRA: the model above is merged; the adapter is kept as files and as a model
+            MlflowClient().log_artifacts(run_id, str(adapter), ADAPTER_FOLDER)
+            _log_adapter_model(adapter, checkpoint, Path(tmp) / ADAPTER_MODEL, run_id)
     tracking.set_tags({"model.checkpoint_uri": checkpoint_uri}, run_id)
+
+
+def _log_adapter_model(adapter_dir: Path, checkpoint: Path, out_dir: Path, run_id: str) -> None:
+    """The peft adapter in `adapter_dir` as an MLflow transformers model at the run's `adapter_model/`.
+
+    This reads the base once, in the dtype its config names: MLflow's flavor takes a `PeftModel` (base
+    plus adapter) and stores only the adapter (`peft/`) and the tokenizer (from `checkpoint`, whose
+    README.md is the model card, its metadata naming the base). The base is the adapter config's
+    `base_model_name_or_path`: a local directory is referenced by its absolute path (`base_model_path`;
+    loading elsewhere needs that folder there, or `load_model(..., base_model_path=...)`), anything else
+    is a hub id that MLflow references and `load_model` downloads."""
+    import json
+
+    import mlflow.transformers
+    from huggingface_hub import ModelCard, ModelCardData
+    from mlflow import MlflowClient
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from passband.training.lora.adapters import ADAPTER_CONFIG
+    from passband.training.model_source import load_tokenizer
+
+    base = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+    base_model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")  # the config's dtype: bf16 stays bf16
+    # the card's metadata names the base as the hub's adapter cards do (a card without it is warned about)
+    metadata = ModelCardData(library_name="peft", base_model=base).to_yaml()
+    mlflow.transformers.save_model(
+        transformers_model={"model": PeftModel.from_pretrained(base_model, str(adapter_dir)),
+                            "tokenizer": load_tokenizer(checkpoint)},
+        path=str(out_dir), task="text-generation", torch_dtype=base_model.dtype,
+        model_card=ModelCard(f"---\n{metadata}\n---\n{(checkpoint / 'README.md').read_text()}"),
+        signature=_signature(),
+        pip_requirements=_pinned((*MODEL_REQUIREMENTS, "peft")),
+        base_model_path=base if Path(base).is_dir() else None,
+    )
+    MlflowClient().log_artifacts(run_id, str(out_dir), ADAPTER_MODEL)
+
+
+def _signature():
+    """Both models' signature: a prompt string in, the generated text out."""
+    from mlflow.models import infer_signature
+
+    return infer_signature("What is 2 + 3? Answer with just the number.", "5")
+
+
+def _pinned(names: tuple[str, ...]) -> list[str]:
+    """`name==version` from this environment: MLflow's own inference imports torchvision, which does
+    not import beside torch 2.13.0+cpu, so its inferred requirements are not used."""
+    import importlib.metadata
+
+    return [f"{name}=={importlib.metadata.version(name)}" for name in names]
 
 
 @task(name="register-model", retries=2, retry_delay_seconds=2)
