@@ -115,6 +115,21 @@ class PipelineConfig(Config):
         return self
 
     @model_validator(mode="after")
+    def _rl_continues_an_sft_adapter(self) -> PipelineConfig:
+        lora = self.rl.algo.lora
+        if lora is None or lora.start != "continue":
+            return self
+        sft_lora = self.sft.stages[-1].lora
+        wanted = (lora.rank, lora.alpha, lora.target_modules)
+        given = sft_lora and (sft_lora.rank, sft_lora.alpha, sft_lora.target_modules)
+        if given != wanted:
+            raise ValueError(f"rl.algo.lora.start: continue trains SFT's adapter further, so SFT's last stage "
+                             f"({self.sft.stages[-1].name}) needs lora with RL's rank, alpha and target_modules "
+                             f"{wanted}; it has {given}. Or set "
+                             "rl.algo.lora.start: fresh (new adapters on SFT's merged checkpoint)")
+        return self
+
+    @model_validator(mode="after")
     def _references_bind(self) -> PipelineConfig:
         from passband.flows.pipeline_refs import reference_problems
 

@@ -178,16 +178,15 @@ def _open_engine(config: RLConfig, model_dir: str, problems: dict[str, list[dict
     from passband.tasks.steps.rollout import open_engine
 
     engine_config = _engine_config(config, problems, model_dir, trainer.tokenizer)
-    # serving adapters, the engine's weights stay the base's; a resumed run's adapters are loaded on it
-    first_weights = Path(model_dir) if config.publishes_adapter else Path(trainer.weights_dir)
+    # serving adapters, the engine's weights stay the base's; a resumed (or continued) run's adapters are loaded on it
+    first_weights = Path(trainer.base_dir) if config.publishes_adapter else Path(trainer.weights_dir)
     if config.rollout.workers == "task_workers":
         from passband.tasks.sampling.rollout_workers import WorkerEngine
 
         engine = WorkerEngine(config.model, engine_config, first_weights, config.rollout)
     else:
         engine = open_engine(engine_config, first_weights)
-    resumed = Path(trainer.weights_dir) != Path(model_dir)
-    if config.publishes_adapter and resumed:
+    if config.publishes_adapter and Path(trainer.weights_dir) != Path(trainer.base_dir):
         from passband.training.checkpoint import ADAPTER_FOLDER
 
         engine.load_weights(Path(trainer.weights_dir) / ADAPTER_FOLDER)

@@ -47,3 +47,24 @@ def resolve_model(ref: str) -> str:
     from huggingface_hub import snapshot_download
 
     return snapshot_download(ref)
+
+
+def lora_adapter_base(checkpoint_dir: Path, rank: int, alpha: float) -> str:
+    """The local directory of the base that the LoRA checkpoint `checkpoint_dir`'s adapter was trained on
+    (RL's `lora.start: continue`): its adapter_config.json's `base_model_name_or_path`, resolved as any model
+    reference. The adapter must have `rank` and `alpha` (the target modules are checked when it loads)."""
+    import json
+
+    from passband.training.checkpoint import ADAPTER_FOLDER
+    from passband.training.lora.adapters import ADAPTER_CONFIG
+
+    config_file = checkpoint_dir / ADAPTER_FOLDER / ADAPTER_CONFIG
+    if not config_file.is_file():
+        raise FileNotFoundError(f"algo.lora.start: continue needs a LoRA checkpoint as the start model (one with "
+                                f"{ADAPTER_FOLDER}/, e.g. SFT's with lora); {checkpoint_dir} has none: set "
+                                "algo.lora.start: fresh")
+    adapter = json.loads(config_file.read_text())
+    if (adapter["r"], adapter["lora_alpha"]) != (rank, alpha):
+        raise ValueError(f"algo.lora.start: continue: the checkpoint's adapter has rank {adapter['r']} and alpha "
+                         f"{adapter['lora_alpha']}, algo.lora says rank {rank} and alpha {alpha}; set them equal")
+    return resolve_model.fn(adapter["base_model_name_or_path"])

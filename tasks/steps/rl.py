@@ -22,6 +22,7 @@ from passband.curation.catalog import VerifierSettings
 from passband.curation.hygiene import asks_held_out
 from passband.curation.suites.source import ProblemSource
 from passband.tasks.artifacts.checkpoints import commit_checkpoint, newest_committed, scratch_dir
+from passband.tasks.artifacts.model import lora_adapter_base
 from passband.tasks.artifacts.store import fetch_artifact, open_store
 from passband.tasks.steps.rl_torchrun import RanksTrainer, trainer_ranks
 from passband.training.engines.config import EngineConfig
@@ -164,8 +165,12 @@ def checkpoint_uri(run_key: str, iteration: int) -> str:
 
 
 def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None) -> RLTrainer:
-    """The trainer at `model_dir`, or continued from the committed checkpoint at `resume_uri`."""
-    return open_trainer(Path(model_dir), tasks, algo, fetch_artifact(resume_uri) if resume_uri else None)
+    """The trainer at `model_dir`, or continued from the committed checkpoint at `resume_uri`; with
+    `algo.lora.start: continue`, on the base of `model_dir`'s adapter."""
+    base_dir = None
+    if algo.lora is not None and algo.lora.start == "continue":
+        base_dir = Path(lora_adapter_base(Path(model_dir), algo.lora.rank, algo.lora.alpha))
+    return open_trainer(Path(model_dir), tasks, algo, fetch_artifact(resume_uri) if resume_uri else None, base_dir)
 
 
 @contextmanager

@@ -52,3 +52,11 @@ class RLLoraConfig(LoraConfig):
         "in the engine's dtype, loaded as full weights are today (any engine); 'adapter' publishes only the "
         "adapter (a few MB) and vLLM serves it with enable_lora and one LoRARequest per version "
         "(docs/benchmarks.md, LoRA: which is faster).")
+    start: Literal["fresh", "continue"] = Field(
+        default="fresh",
+        description="What RL's adapters start from. 'fresh': new adapters (B = 0) on the start model as loaded; "
+        "a LoRA checkpoint (SFT with lora) is its merged weights, so the KL reference is the SFT model. "
+        "'continue': the start model must be a LoRA checkpoint (its adapter/ folder): RL trains that adapter "
+        "further on the base it was trained on, so the run ends with one adapter on the original base (the "
+        "pipeline hands SFT's adapter to RL). rank, alpha and target_modules must equal the checkpoint's; "
+        "the base with adapters off is then the model before SFT, so kl_coef must be 0.")

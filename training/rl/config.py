@@ -325,6 +325,10 @@ class RLAlgoConfig(BaseModel):
         if self.lora is not None and self.lora.dropout > 0:
             raise ValueError(f"lora.dropout={self.lora.dropout}: RL needs the policy's log-probs at theta_k to be "
                              "deterministic (pi_old is scored once, then reused); set lora.dropout to 0")
+        if self.lora is not None and self.lora.start == "continue" and self.kl_coef > 0:
+            raise ValueError(f"lora.start=continue with kl_coef={self.kl_coef}: the reference (the policy with its adapters "
+                             "off) would be the model before SFT, not the start checkpoint; set kl_coef: 0, or "
+                             "lora.start: fresh (new adapters on the merged checkpoint, which is then the reference)")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {self.betas}")
         # Refuse k1 as a loss (zero expected gradient) and warn on k3 as a loss, even at kl_coef=0,

@@ -86,14 +86,18 @@ class RLTrainer:
     """Where the engine loads its first weights from (the start model or the resumed checkpoint)."""
     state: RLState
     base_dir: Path | None = None
-    """The run's start model, which LoRA adapters sit on (None: the torchrun ranks', which refuse LoRA)."""
+    """What LoRA adapters sit on: the run's start model, or with `lora.start: continue` the base its adapter
+    was trained on (None: the torchrun ranks', which refuse LoRA)."""
 
 
-def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None = None) -> RLTrainer:
+def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None = None,
+                 base_dir: Path | None = None) -> RLTrainer:
     """A fresh trainer at `model_dir`, or one continued from the checkpoint directory `resume_dir`,
     on the config's device (`algo.device`).
 
-    The reference model is always `model_dir`, the start of the run.
+    The reference model is always `model_dir`, the start of the run. `base_dir` (LoRA with
+    `lora.start: continue`): the base that `model_dir`'s adapter was trained on; the policy is that base
+    with `model_dir`'s adapter (or the resumed checkpoint's), and the reference the base (adapters off).
     """
     from passband.training.sft.checkpoint_shards import restore_training_state
     from passband.training.lora.adapters import (attach_adapters, base_weights_in_bf16, load_adapter_state,
@@ -105,12 +109,15 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
 
     device = resolve_device(algo.device)  # the one decision: policy, reference, AdamW and batches follow it
     weights_dir = Path(resume_dir or model_dir)
-    # LoRA: the base is always the start model; a resumed run puts its adapters back on it
-    model = load_policy(Path(model_dir) if algo.lora else weights_dir, algo).to(device)
+    base = Path(base_dir or model_dir)
+    # LoRA: the base is the start model (or the one its adapter sits on); a resumed run puts its adapters
+    # back on it, a continued one the start checkpoint's
+    model = load_policy(base if algo.lora else weights_dir, algo).to(device)
     if algo.lora:
         attach_adapters(model, algo.lora, algo.lora.seed)
-        if resume_dir is not None:
-            load_adapter_state(model, read_adapter(Path(resume_dir) / ADAPTER_FOLDER))
+        adapter_from = resume_dir or (model_dir if base != Path(model_dir) else None)
+        if adapter_from is not None:
+            load_adapter_state(model, read_adapter(Path(adapter_from) / ADAPTER_FOLDER))
         if resolve_precision(algo.precision, device) == "bf16_autocast":  # the same bits in half the memory
             base_weights_in_bf16(model)
     optimizer = build_optimizer(model, algo)
@@ -120,7 +127,7 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     ref_model = None
     if algo.kl_coef > 0:  # with adapters the reference is the policy itself, adapters off (update.py)
         ref_model = model if algo.lora else load_reference(Path(model_dir), algo).to(device)
-    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state, Path(model_dir))
+    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state, base)
 
 
 def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
