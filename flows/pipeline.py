@@ -90,7 +90,7 @@ class PipelineConfig(Config):
                     f"curate and SFT start from `model`, RL from SFT's checkpoint, and evaluate scores each against "
                     f"`model`; set `model: {given}` instead, or run the {stage} flow alone")
             if stage == "evaluate" and name == "baseline":
-                continue  # the base evaluation has none; SFT's and RL's get `model` (pipeline._evaluate_config)
+                continue  # the base evaluation has none; SFT's and RL's get `model` (pipeline.evaluate_config)
             if isinstance(section, BaseModel):
                 data[stage] = section.model_copy(update={name: model})
             else:
@@ -210,9 +210,10 @@ def _recurate_config(config: PipelineConfig, outputs: dict[str, dict[str, str]],
     return CurateConfig.model_validate({**data, "model": checkpoint, **off})
 
 
-def _evaluate_config(config: PipelineConfig, outputs: dict[str, dict[str, str]], label: str, checkpoint: str,
+def evaluate_config(config: PipelineConfig, outputs: dict[str, dict[str, str]], label: str, checkpoint: str,
                      base_samples: str | None) -> EvaluateConfig:
-    """The evaluate stage's config for one checkpoint. SFT and RL compare against the base evaluation's
+    """The evaluate stage's config for one checkpoint, as the pipeline runs it (scripts/tool_pipeline.py evaluates
+    the same checkpoints with the tool on through it). SFT and RL compare against the base evaluation's
     own samples, not a fresh draw; the base itself has no baseline (one in the evaluate preset would
     only sample it twice); the k-curve asks whether RL narrowed, sharpened or expanded: base and RL only."""
     if label == "base":
@@ -241,7 +242,7 @@ def _evaluate_checkpoints(config: PipelineConfig, outputs: dict[str, dict[str, s
     with ENGINES.scope():  # the three evaluations share one live engine, swapping weights
         for label, checkpoint in checkpoints.items():
             base_samples = evaluations["base"].outputs["samples"] if evaluations else None
-            evaluations[label] = run_stage(evaluate, config.placement.get("evaluate"), _evaluate_config(
+            evaluations[label] = run_stage(evaluate, config.placement.get("evaluate"), evaluate_config(
                 config, outputs, label, checkpoint, base_samples), run_id, run_name=f"evaluate-{label}")
     return evaluations
 

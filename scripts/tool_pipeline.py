@@ -40,7 +40,7 @@ def main() -> None:
     import numpy as np
     from passband.flows.config import resolve_config
     from passband.flows.evaluate import EvaluateConfig, evaluate
-    from passband.flows.pipeline import PipelineConfig, _evaluate_config, pipeline
+    from passband.flows.pipeline import PipelineConfig, evaluate_config, pipeline
     from passband.tasks.artifacts.datasets import read_table
     from passband.training.evaluation.intervals import difference_interval
 
@@ -64,7 +64,7 @@ def main() -> None:
     for label, checkpoint in checkpoints.items():
         # the pipeline's own evaluation of the checkpoint, served from the stage cache
         base_samples = tool_runs["base"].outputs["samples"] if tool_runs else None
-        tool_runs[label] = evaluate(_evaluate_config(config, outputs, label, checkpoint, base_samples),
+        tool_runs[label] = evaluate(evaluate_config(config, outputs, label, checkpoint, base_samples),
                                     run_name=f"evaluate-{label}")
         # the model's own rows (with a baseline, the table holds the baseline's beside them)
         tool_rows = [row for row in read_table(tool_runs[label].outputs["samples"]).to_pylist()
