@@ -71,6 +71,7 @@ def sample_with_logprobs(model, tokenizer, prompts: list[str], tokens: int):
     `tokens` tokens (EOS does not stop a response, as vLLM's ignore_eos). A loop of its own rather than
     `generate`, which would keep every step's logits (24 x 1024 x 49152 floats: 4.8 GB)."""
     import torch
+    from tqdm import tqdm
 
     encoded = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
     width = max(len(ids) for ids in encoded)
@@ -81,7 +82,7 @@ def sample_with_logprobs(model, tokenizer, prompts: list[str], tokens: int):
     generator = torch.Generator().manual_seed(0)
     past, logps, sampled = None, [], []
     with torch.no_grad():
-        for _ in range(tokens):
+        for _ in tqdm(range(tokens), desc="sampling with bf16 numerics", unit="token"):
             out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
                         use_cache=True)
             past = out.past_key_values
@@ -103,6 +104,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    from tqdm import tqdm
     from transformers import AutoModelForCausalLM
 
     from passband.curation.suites.code_suite import generate_code
@@ -129,7 +131,8 @@ def main() -> None:
     start = time.perf_counter()
     trainer_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
                                                          attn_implementation="eager").eval()
-    trainer = torch.stack([token_logprobs(trainer_model, p, r) for p, r in zip(prompt_ids, response_ids)])
+    pairs = tqdm(list(zip(prompt_ids, response_ids)), desc="scoring in fp32", unit="response")
+    trainer = torch.stack([token_logprobs(trainer_model, p, r) for p, r in pairs])
     scored_s = time.perf_counter() - start
     bounds = {"seq_mis": (2.0, None), "token_mis": (2.0, None), "geo_mis": (1.001, None)}
 
