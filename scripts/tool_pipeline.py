@@ -23,6 +23,13 @@ import time
 from pathlib import Path
 
 
+def _model_rows(samples_uri: str) -> list[dict]:
+    """An evaluation's samples of its `model` (with a baseline, the table holds the baseline's beside them)."""
+    from passband.tasks.artifacts.datasets import read_table
+
+    return [row for row in read_table(samples_uri).to_pylist() if row["checkpoint"] == "model"]
+
+
 def _per_problem(rows: list[dict]) -> dict[str, float]:
     """Problem id -> its mean score over its samples."""
     scores: dict[str, list[float]] = {}
@@ -41,7 +48,6 @@ def main() -> None:
     from passband.flows.config import resolve_config
     from passband.flows.evaluate import EvaluateConfig, evaluate
     from passband.flows.pipeline import PipelineConfig, evaluate_config, pipeline
-    from passband.tasks.artifacts.datasets import read_table
     from passband.training.evaluation.intervals import difference_interval
 
     start = time.perf_counter()
@@ -66,14 +72,12 @@ def main() -> None:
         base_samples = tool_runs["base"].outputs["samples"] if tool_runs else None
         tool_runs[label] = evaluate(evaluate_config(config, outputs, label, checkpoint, base_samples),
                                     run_name=f"evaluate-{label}")
-        # the model's own rows (with a baseline, the table holds the baseline's beside them)
-        tool_rows = [row for row in read_table(tool_runs[label].outputs["samples"]).to_pylist()
-                     if row["checkpoint"] == "model"]
+        tool_rows = _model_rows(tool_runs[label].outputs["samples"])
         plain_start = time.perf_counter()
         plain = evaluate(EvaluateConfig.model_validate(
             {**config.evaluate.model_dump(mode="json"), "model": checkpoint, "math_tool": None, "baseline": None,
              "baseline_samples": None, "datasets": {"math": split}}), run_name=f"evaluate-{label}-no-tool")
-        plain_rows = [row for row in read_table(plain.outputs["samples"]).to_pylist() if row["checkpoint"] == "model"]
+        plain_rows = _model_rows(plain.outputs["samples"])
         with_tool, without = _per_problem(tool_rows), _per_problem(plain_rows)
         problems = sorted(with_tool)
         difference, low, high = difference_interval(np.array([with_tool[p] - without[p] for p in problems]))
