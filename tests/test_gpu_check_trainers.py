@@ -1,5 +1,6 @@
 """scripts/gpu_check_trainers.py (through gpu_check.sh --trainers) runs on the CPU with a tiny shape:
-every line the GPU machine will run, but the CUDA-only ones, runs here first."""
+every line the GPU machine will run, but the CUDA-only ones, runs here first, TRL's row included (TRL's
+wheel alone in .venv/trl, which `make install` puts there, as it travels to the GPU image)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TRL_SITE = ROOT / ".venv" / "trl"
+
+
+def test_trl_wheel_is_installed_apart():
+    """TRL's own folder, not our site-packages: `make install` made it (Makefile), nothing else did."""
+    assert (TRL_SITE / "trl" / "__init__.py").is_file(), f"{TRL_SITE} has no trl: run `make install`"
+    result = subprocess.run([sys.executable, "-c", "import trl"], capture_output=True, text=True)
+    assert result.returncode != 0 and "No module named 'trl'" in result.stderr
 
 
 def test_trainer_check_runs_on_the_cpu_and_imports_no_flow_or_task():
     result = subprocess.run(
         ["bash", "scripts/gpu_check.sh", "--trainers", "--device", "cpu", "--shape", "tiny", "--seq-len", "32",
-         "--rows", "2", "--steps", "1", "--prompt-len", "6", "--response-len", "8", "--prompts", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable})
+         "--rows", "2", "--steps", "1", "--prompt-len", "6", "--response-len", "8", "--prompts", "1", "--trl"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(TRL_SITE)})
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.splitlines()[-1])
     assert figures["device"] == "cpu" and figures["imports_flows_or_tasks"] is False
@@ -28,3 +38,10 @@ def test_trainer_check_runs_on_the_cpu_and_imports_no_flow_or_task():
     # CPU against CPU, both fp32 (this CPU's `auto` may be bf16: then the rounding of bf16)
     tolerance = 0.0 if figures["precision"] == "fp32" else 0.1
     assert figures["logp_max_abs_diff"] <= tolerance and figures["update_rel_diff"] <= max(tolerance, 1e-6)
+    # TRL's row: the same batch (8 completions of exactly 8 tokens), its steps timed apart from its
+    # generation, and the ratio of the two updates' seconds
+    assert figures["trl_version"] == "1.16.0" and figures["trl_completion_mean_length"] == 8
+    assert 0 < figures["trl_generate_s"] < figures["trl_step_s"]
+    assert figures["trl_update_s"] == figures["trl_step_s"] - figures["trl_generate_s"]
+    assert figures["trl_tokens_per_s"] == 8 * (6 + 8) / figures["trl_update_s"]
+    assert figures["rl_update_speedup_over_trl"] == figures["trl_update_s"] / figures["rl_update_s"]
