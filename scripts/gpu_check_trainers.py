@@ -9,15 +9,16 @@ MLflow and no network, and our package is not installed there: so this script im
 flows/ or tasks/ (it says so at the end) and maps `passband.training` onto the checkout itself. Only
 pydantic must come as a wheel besides (the trainer configs are pydantic models).
 
-One process, models built from a config with random weights (no checkpoint can travel there):
+Models built from a config with random weights (no checkpoint can travel there):
 1. a matmul peak measured in this run (bf16 on CUDA, fp32 on the CPU), the yardstick of MFU;
-2. SFT steps (packed micro-batches, accumulation, clip, AdamW fused on CUDA) at the trainer's
-   device and precision: tokens/s, MFU (6 x parameters x tokens per step), peak device memory;
+2. SFT steps in one process (packed micro-batches, accumulation, clip, AdamW fused on CUDA) at the
+   trainer's device and precision: tokens/s, MFU (6 x parameters x tokens per step), peak device memory;
 3. RL updates on one fixed rollout batch (random prompts and responses, the engine's log-probs
    those of the start weights): the same figures;
 4. on a tiny model, log-probs and one update at the device's precision against the CPU's in fp32:
    the largest log-prob difference and the relative difference of the weight change;
-5. with --trl, TRL's GRPOTrainer on the same shape, batch and precision (scripts/gpu_check_trl.py):
+5. 2 and 3 again on one FSDP2 rank (`fsdp_` figures), sharded as torchrun's ranks shard them;
+6. with --trl, TRL's GRPOTrainer on the same shape, batch and precision (scripts/gpu_check_trl.py):
    its step, generation and update seconds, and our update's speed over its update's.
 Prints one `name: value` line per figure and a last JSON line with all of them.
 """
@@ -96,11 +97,14 @@ def random_ids(generator, vocab: int, length: int) -> list[int]:
     return torch.randint(0, vocab, (length,), generator=generator).tolist()
 
 
-def sft_check(model, device, precision: str, seq_len: int, rows: int, steps: int, vocab: int) -> dict[str, float]:
-    """`steps` SFT steps of `rows` examples of `seq_len` tokens (half prompt, half response)."""
+def sft_check(model, device, precision: str, seq_len: int, rows: int, steps: int, vocab: int,
+              shard: bool = False) -> dict[str, float]:
+    """`steps` SFT steps of `rows` examples of `seq_len` tokens (half prompt, half response); with
+    `shard`, on one FSDP2 rank (the process group open), as the ranks shard it (`shard_units`)."""
     import torch
 
     from passband.training.sft.device import fused_on, peak_memory_mb
+    from passband.training.sft.distributed import shard_units
     from passband.training.sft.loop import train_step
     from passband.training.sft.model_loss import PackedLMLoss
     from passband.training.sft.packing import SFTExample
@@ -111,6 +115,8 @@ def sft_check(model, device, precision: str, seq_len: int, rows: int, steps: int
     model.train()
     previous_attention = model.config._attn_implementation  # PackedLMLoss sets its packed kernel
     loss_module = PackedLMLoss(model, chunk_size=1024, precision=precision)
+    if shard:
+        loss_module = shard_units(loss_module, device, precision)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, **fused_on(device))
     seconds, metrics = [], {}
     for _ in range(steps + 1):  # the first step warms up (allocator, kernels) and is not timed
@@ -151,17 +157,22 @@ def rollout_batch(model, prompt_len: int, response_len: int, num_prompts: int, g
                         valid=[True] * len(prompts), tasks=["math"] * len(prompts), group_size=group_size)
 
 
-def rl_check(model, device, precision: str, batch, updates: int) -> dict[str, float]:
-    """`updates` RL updates (one inner step each) on `batch`; the first warms up."""
+def rl_check(model, device, precision: str, batch, updates: int, shard: bool = False) -> dict[str, float]:
+    """`updates` RL updates (one inner step each) on `batch`; the first warms up. With `shard`, on one
+    FSDP2 rank (the process group open), as the ranks shard the policy (training/rl/ranks.py)."""
     import torch
 
     from passband.training.rl.config import RLAlgoConfig
+    from passband.training.rl.ranks import ShardedPolicy
+    from passband.training.sft.distributed import shard_units
     from passband.training.rl.update import build_optimizer, rl_update
     from passband.training.sft.device import peak_memory_mb
 
     cfg = RLAlgoConfig(precision=precision, device=device.type, micro_batch_size=8, lr=1e-6, trim_heap=False,
                        attention=rl_attention(device))
     model.set_attn_implementation(cfg.attention)  # as the RL trainer loads its policy (training/rl/trainer.py)
+    if shard:
+        model = shard_units(ShardedPolicy(model), device, precision)
     optimizer = build_optimizer(model, cfg)
     seconds, metrics = [], {}
     for index in range(updates + 1):
@@ -176,6 +187,28 @@ def rl_check(model, device, precision: str, batch, updates: int) -> dict[str, fl
             "rl_loss": metrics["loss"], "rl_vllm_kl": metrics["vllm_kl"], "rl_peak_memory_mb": peak_memory_mb(device),
             # one update = a forward and backward of every token (fused scoring: no separate pass)
             "rl_tflops": 6 * num_parameters(model) * num_tokens / update_seconds / 1e12}
+
+
+def one_rank_checks(args: argparse.Namespace, device, precision: str, vocab: int) -> dict[str, float]:
+    """The SFT steps and the RL updates again on one FSDP2 rank, as torchrun's ranks shard them
+    (MixedPrecisionPolicy under bf16): a one-rank process group (NCCL on CUDA, gloo on the CPU), fresh
+    weights of the same seed. Every figure is prefixed `fsdp_`; `fsdp_sft_loss` against `sft_loss` is
+    the agreement (same weights, batches and steps; fp32 equal to float noise, bf16 to its rounding).
+    The RL updates train a fresh model on a batch of its own (the one-process updates followed SFT)."""
+    import torch
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+    reset_peak(device)
+    figures = sft_check(build_model(args.shape, seed=0).to(device), device, precision, args.seq_len, args.rows,
+                        args.steps, vocab, shard=True)
+    model = build_model(args.shape, seed=0).to(device)
+    model.set_attn_implementation("eager")  # the batch's log-probs, as in main
+    batch = rollout_batch(model, args.prompt_len, args.response_len, args.prompts, 8, vocab)
+    reset_peak(device)
+    figures.update(rl_check(model, device, precision, batch, args.steps, shard=True))
+    torch.distributed.destroy_process_group()
+    return {f"fsdp_{name}": value for name, value in figures.items()}
 
 
 def rl_attention(device) -> str:
@@ -273,6 +306,8 @@ def main() -> None:
     figures.update(rl_check(model, device, precision, batch, args.steps))
     del model
     figures.update(agreement_check(device, precision))
+    figures.update(one_rank_checks(args, device, precision, vocab))
+    figures["fsdp_sft_loss_diff"] = abs(figures["fsdp_sft_loss"] - figures["sft_loss"])
     for phase in ("sft", "rl"):
         figures[f"{phase}_mfu"] = figures[f"{phase}_tflops"] / figures["matmul_peak_tflops"]
     if args.trl:

@@ -38,6 +38,11 @@ def test_trainer_check_runs_on_the_cpu_and_imports_no_flow_or_task():
     # CPU against CPU, both fp32 (this CPU's `auto` may be bf16: then the rounding of bf16)
     tolerance = 0.0 if figures["precision"] == "fp32" else 0.1
     assert figures["logp_max_abs_diff"] <= tolerance and figures["update_rel_diff"] <= max(tolerance, 1e-6)
+    # one FSDP2 rank (gloo here): the SFT steps' loss is the one process's, to float noise in fp32
+    assert figures["fsdp_sft_loss_diff"] <= (1e-5 if figures["precision"] == "fp32" else 1e-2)
+    for name in ("fsdp_sft_tokens_per_s", "fsdp_rl_tokens_per_s", "fsdp_sft_peak_memory_mb", "fsdp_rl_peak_memory_mb"):
+        assert figures[name] > 0, name
+    assert abs(figures["fsdp_rl_vllm_kl"]) < 1e-3  # its updates ran on the batch of its own start weights
     # TRL's row: the same batch (8 completions of exactly 8 tokens), its steps timed apart from its
     # generation, and the ratio of the two updates' seconds
     assert figures["trl_version"] == "1.16.0" and figures["trl_completion_mean_length"] == 8

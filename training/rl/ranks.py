@@ -79,8 +79,11 @@ def merge_rows(values: Tensor, own_rows: list[int], all_rows: list[int]) -> None
 
 
 def full_norm(norm: Tensor) -> Tensor:
-    """clip_grad_norm_'s result as a plain tensor: a replicated DTensor over sharded gradients."""
-    return norm.full_tensor() if world_size() > 1 else norm
+    """clip_grad_norm_'s result as a plain tensor: a replicated DTensor over sharded gradients (of any
+    number of ranks: the GPU check shards onto one)."""
+    from torch.distributed.tensor import DTensor
+
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

@@ -91,12 +91,18 @@ def shard_for_training(loss_module: torch.nn.Module, device: torch.device, preci
     """
     if world_size() == 1:
         return loss_module
+    return shard_units(loss_module, device, precision)
+
+
+def shard_units(loss_module: torch.nn.Module, device: torch.device, precision: str = "fp32") -> torch.nn.Module:
+    """`shard_for_training`'s sharding itself, over every rank of the open process group, a group of
+    one included: the GPU check runs a step on one FSDP2 rank this way (scripts/gpu_check_trainers.py)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    mesh = init_device_mesh(device.type, (world_size(),))
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     layers = list(loss_module.lm.base_model.layers)
     layer_policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
                     if precision == "bf16_autocast" else MixedPrecisionPolicy())
