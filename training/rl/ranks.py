@@ -78,14 +78,6 @@ def merge_rows(values: Tensor, own_rows: list[int], all_rows: list[int]) -> None
     values[every] = mine[every]
 
 
-def full_norm(norm: Tensor) -> Tensor:
-    """clip_grad_norm_'s result as a plain tensor: a replicated DTensor over sharded gradients (of any
-    number of ranks: the GPU check shards onto one)."""
-    from torch.distributed.tensor import DTensor
-
-    return norm.full_tensor() if isinstance(norm, DTensor) else norm
-
-
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The causal LM inside a `ShardedPolicy` (its parameters are the shards); `model` itself otherwise."""
     return model.lm if isinstance(model, ShardedPolicy) else model

@@ -119,6 +119,14 @@ def shard_units(loss_module: torch.nn.Module, device: torch.device, precision: s
     return loss_module
 
 
+def full_norm(norm: torch.Tensor) -> torch.Tensor:
+    """clip_grad_norm_'s result as a plain tensor: a replicated DTensor over sharded gradients (of any
+    number of ranks: the GPU check shards onto one), the tensor itself in one process."""
+    from torch.distributed.tensor import DTensor
+
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
 def rank_micro_batches(num_micro_batches: int, num_ranks: int, this_rank: int) -> list[tuple[int, bool]]:
     """(micro-batch index, counts) pairs that `this_rank` runs in one step.
 

@@ -33,7 +33,7 @@ from passband.training.sft.meta_init import fill_weights, on_meta
 from passband.training.lora.adapters import (adapter_checkpoint, attach_adapters, base_weights_in_bf16,
                                              load_adapter_state, read_adapter)
 from passband.training.sft.config import StageConfig
-from passband.training.sft.distributed import rank, rank_micro_batches, shard_for_training, world_size
+from passband.training.sft.distributed import full_norm, rank, rank_micro_batches, shard_for_training, world_size
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.sft.attention import resolve_attention
 from passband.training.sft.device import fused_on, peak_memory_mb, resolve_device
@@ -211,9 +211,7 @@ def train_stage(
         metrics = train_step(loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, pad_id, device,
                              num_ranks, this_rank)
         max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        if num_ranks > 1:  # the norm of sharded gradients is a replicated DTensor
-            grad_norm = grad_norm.full_tensor()
+        grad_norm = full_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
