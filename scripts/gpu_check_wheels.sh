@@ -17,7 +17,7 @@ pinned() {  # NAME: its version in constraints.txt (pip spells some names with _
 names=(pydantic pydantic_core annotated-types typing-inspection typing_extensions datasets dill multiprocess)
 specs=()
 for name in "${names[@]}"; do specs+=("$(pinned "$name")"); done
-specs+=("trl==1.16.0")  # scripts/gpu_check_trl.py wraps a private method of this version
+specs+=("$(sed -n 's/^TRL := //p' Makefile)")  # the Makefile's pin, the one TRL the project uses
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d .whl "${specs[@]}"
