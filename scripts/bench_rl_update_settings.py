@@ -1,7 +1,7 @@
 """Seconds per RL update under the settings that shape its compute, side by side on one batch.
 
-The trainer check's random-weight model and fixed rollout batch (scripts/gpu_check_trainers.py), each
-variant on a fresh copy of the same weights, one warm-up update then `--updates` timed ones:
+The trainer check's random-weight model, fixed rollout batch and timed updates (scripts/gpu_check_trainers.py
+`rl_check`), each variant on a fresh copy of the same weights, one warm-up update then `--updates` timed ones:
 
     .venv/bin/python scripts/bench_rl_update_settings.py                    # SmolLM2's shape, fp32, 8 x (64 + 192)
     .venv/bin/python scripts/bench_rl_update_settings.py --precision bf16_autocast
@@ -17,7 +17,6 @@ import argparse
 import copy
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,31 +43,19 @@ def main() -> None:
     check.use_checkout()
     import torch
 
-    from passband.training.rl.config import RLAlgoConfig
-    from passband.training.rl.update import build_optimizer, rl_update
-
     base = check.build_model(args.shape, seed=0)
     base.set_attn_implementation("eager")
     batch = check.rollout_batch(base, args.prompt_len, args.response_len, args.prompts, 8,
                                 check.SHAPES[args.shape]["vocab_size"])
-    medians = {}
+    default = None
     for name, settings in VARIANTS.items():
-        model = copy.deepcopy(base)
-        cfg = RLAlgoConfig(precision=args.precision, device="cpu", micro_batch_size=8, lr=1e-6, trim_heap=False,
-                           **settings)
-        model.set_attn_implementation(cfg.attention)
-        optimizer = build_optimizer(model, cfg)
-        seconds = []
-        for index in range(args.updates + 1):
-            start = time.perf_counter()
-            rl_update(model, None, optimizer, batch, cfg, torch.Generator().manual_seed(index))
-            seconds.append(time.perf_counter() - start)
-        medians[name] = statistics.median(seconds[1:])
-        default = next(iter(medians.values()))
-        timed = " ".join(f"{s:.1f}" for s in seconds[1:])
-        print(f"{name}: {timed} s (warm-up {seconds[0]:.1f}); speed over the default {default / medians[name]:.2f}x",
-              flush=True)
-
+        # the check's own timed loop, on a fresh copy of the same weights; on the CPU its attention is eager
+        seconds = check.rl_check(copy.deepcopy(base), torch.device("cpu"), args.precision, batch, args.updates,
+                                 **settings)["rl_update_seconds"]
+        median = statistics.median(seconds)
+        default = default or median
+        timed = " ".join(f"{s:.1f}" for s in seconds)
+        print(f"{name}: {timed} s; speed over the default {default / median:.2f}x", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -157,9 +157,11 @@ def rollout_batch(model, prompt_len: int, response_len: int, num_prompts: int, g
                         valid=[True] * len(prompts), tasks=["math"] * len(prompts), group_size=group_size)
 
 
-def rl_check(model, device, precision: str, batch, updates: int, shard: bool = False) -> dict[str, float]:
+def rl_check(model, device, precision: str, batch, updates: int, shard: bool = False,
+             **settings) -> dict[str, float | list[float]]:
     """`updates` RL updates (one inner step each) on `batch`; the first warms up. With `shard`, on one
-    FSDP2 rank (the process group open), as the ranks shard the policy (training/rl/ranks.py)."""
+    FSDP2 rank (the process group open), as the ranks shard the policy (training/rl/ranks.py).
+    `settings`: RLAlgoConfig fields over the check's (scripts/bench_rl_update_settings.py varies them)."""
     import torch
 
     from passband.training.rl.config import RLAlgoConfig
@@ -168,8 +170,8 @@ def rl_check(model, device, precision: str, batch, updates: int, shard: bool = F
     from passband.training.rl.update import build_optimizer, rl_update
     from passband.training.sft.device import peak_memory_mb
 
-    cfg = RLAlgoConfig(precision=precision, device=device.type, micro_batch_size=8, lr=1e-6, trim_heap=False,
-                       attention=rl_attention(device))
+    cfg = RLAlgoConfig(**{"precision": precision, "device": device.type, "micro_batch_size": 8, "lr": 1e-6,
+                          "trim_heap": False, "attention": rl_attention(device), **settings})
     model.set_attn_implementation(cfg.attention)  # as the RL trainer loads its policy (training/rl/trainer.py)
     if shard:
         model = shard_units(ShardedPolicy(model), device, precision)
@@ -183,7 +185,7 @@ def rl_check(model, device, precision: str, batch, updates: int, shard: bool = F
         seconds.append(time.perf_counter() - start)
     update_seconds = sum(seconds[1:]) / updates
     num_tokens = sum(len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids))
-    return {"rl_tokens_per_s": num_tokens / update_seconds, "rl_update_s": update_seconds,
+    return {"rl_tokens_per_s": num_tokens / update_seconds, "rl_update_s": update_seconds, "rl_update_seconds": seconds[1:],
             "rl_loss": metrics["loss"], "rl_vllm_kl": metrics["vllm_kl"], "rl_peak_memory_mb": peak_memory_mb(device),
             # one update = a forward and backward of every token (fused scoring: no separate pass)
             "rl_tflops": 6 * num_parameters(model) * num_tokens / update_seconds / 1e12}
@@ -313,7 +315,6 @@ def main() -> None:
     if args.trl:
         from gpu_check_trl import trl_check  # this script's folder is sys.path[0]
 
-        reset_peak(device)
         figures.update(trl_check(build_model(args.shape, seed=0), device, precision, args.prompt_len,
                                  args.response_len, args.prompts, args.steps, vocab))
         figures["rl_update_speedup_over_trl"] = figures["trl_update_s"] / figures["rl_update_s"]

@@ -49,18 +49,16 @@ def trl_check(model, device, precision: str, prompt_len: int, response_len: int,
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    def synchronize() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    from gpu_check_trainers import reset_peak, synchronize  # the sibling script that calls this one
 
     generate_seconds: list[float] = []
 
     class TimedGRPO(GRPOTrainer):
         def _generate(self, prompts):
-            synchronize()
+            synchronize(device)
             start = time.perf_counter()
             result = super()._generate(prompts)
-            synchronize()
+            synchronize(device)
             generate_seconds.append(time.perf_counter() - start)
             return result
 
@@ -70,11 +68,11 @@ def trl_check(model, device, precision: str, prompt_len: int, response_len: int,
             self.logs: list[dict] = []
 
         def on_step_begin(self, *_, **__):
-            synchronize()
+            synchronize(device)
             self.start = time.perf_counter()
 
         def on_step_end(self, *_, **__):
-            synchronize()
+            synchronize(device)
             self.seconds.append(time.perf_counter() - self.start)
 
         def on_log(self, _args, _state, _control, logs=None, **__):
@@ -95,8 +93,7 @@ def trl_check(model, device, precision: str, prompt_len: int, response_len: int,
         )
         trainer = TimedGRPO(model=model, reward_funcs=half_right, args=config, processing_class=word_tokenizer(vocab),
                             train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]), callbacks=[timer])
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        reset_peak(device)  # after the trainer put the model on the device: its weights count, as in our rows
         trainer.train()
     from passband.training.sft.device import peak_memory_mb
 
