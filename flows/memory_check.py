@@ -119,8 +119,8 @@ def _placement(setting: str, precision_setting: str, target: Target | None) -> t
     """(device, precision) as the trainer would resolve them here, or on `target`."""
     import torch
 
-    from passband.training.sft.device import resolve_device
-    from passband.training.sft.precision import resolve_precision
+    from passband.training.runtime.device import resolve_device
+    from passband.training.runtime.precision import resolve_precision
 
     device = torch.device(target.device_type) if target is not None and setting != "cpu" else resolve_device(setting)
     return device, resolve_precision(precision_setting, device)

@@ -44,7 +44,7 @@ def rank_main(config_file: Path) -> None:
     import yaml
 
     from passband.training.rl.launch import RanksConfig, open_rank_trainer
-    from passband.training.sft.distributed import close_process_group, rank
+    from passband.training.runtime.distributed import close_process_group, rank
 
     config = RanksConfig.model_validate(yaml.safe_load(config_file.read_text()))
     warm_up_imports(config.model)

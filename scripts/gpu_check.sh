@@ -13,7 +13,7 @@
 #    (scripts/gpu_check.py weights); and by NCCL broadcast, the engine on one GPU and the sender
 #    on another (scripts/gpu_check.py broadcast; 2 GPUs, as the next check);
 # 5. the RL update on torchrun ranks over NCCL against one process (tests/test_rl_ranks.py: FSDP2
-#    puts each rank on its GPU when CUDA is present, training/sft/distributed.py, and the process
+#    puts each rank on its GPU when CUDA is present, training/runtime/distributed.py, and the process
 #    group is then NCCL; one rank per GPU, so it needs 2 GPUs, and on one it says so). Not yet run
 #    on a GPU: the first run is the check.
 # Each check has its own time limit; the script goes on past a failed one and exits non-zero if any failed.

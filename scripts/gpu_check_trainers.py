@@ -103,8 +103,8 @@ def sft_check(model, device, precision: str, seq_len: int, rows: int, steps: int
     `shard`, on one FSDP2 rank (the process group open), as the ranks shard it (`shard_units`)."""
     import torch
 
-    from passband.training.sft.device import fused_on, peak_memory_mb
-    from passband.training.sft.distributed import shard_units
+    from passband.training.runtime.device import fused_on, peak_memory_mb
+    from passband.training.runtime.distributed import shard_units
     from passband.training.sft.loop import train_step
     from passband.training.sft.model_loss import PackedLMLoss
     from passband.training.sft.packing import SFTExample
@@ -166,9 +166,9 @@ def rl_check(model, device, precision: str, batch, updates: int, shard: bool = F
 
     from passband.training.rl.config import RLAlgoConfig
     from passband.training.rl.ranks import ShardedPolicy
-    from passband.training.sft.distributed import shard_units
+    from passband.training.runtime.distributed import shard_units
     from passband.training.rl.update import build_optimizer, rl_update
-    from passband.training.sft.device import peak_memory_mb
+    from passband.training.runtime.device import peak_memory_mb
 
     cfg = RLAlgoConfig(**{"precision": precision, "device": device.type, "micro_batch_size": 8, "lr": 1e-6,
                           "trim_heap": False, "attention": rl_attention(device), **settings})
@@ -227,7 +227,7 @@ def agreement_check(device, precision: str) -> dict[str, float]:
     from passband.training.logprobs import response_logprobs
     from passband.training.rl.config import RLAlgoConfig
     from passband.training.rl.update import rl_update
-    from passband.training.sft.precision import autocast_for
+    from passband.training.runtime.precision import autocast_for
 
     on_cpu = build_model("tiny", seed=3)
     batch = rollout_batch(on_cpu, 12, 20, 2, 4, SHAPES["tiny"]["vocab_size"])
@@ -288,8 +288,8 @@ def main() -> None:
     use_checkout()
     import torch
 
-    from passband.training.sft.device import resolve_device
-    from passband.training.sft.precision import resolve_precision
+    from passband.training.runtime.device import resolve_device
+    from passband.training.runtime.precision import resolve_precision
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)

@@ -95,7 +95,7 @@ def trl_check(model, device, precision: str, prompt_len: int, response_len: int,
                             train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]), callbacks=[timer])
         reset_peak(device)  # after the trainer put the model on the device: its weights count, as in our rows
         trainer.train()
-    from passband.training.sft.device import peak_memory_mb
+    from passband.training.runtime.device import peak_memory_mb
 
     step_s = sum(timer.seconds[1:]) / steps
     generate_s = sum(generate_seconds[1:]) / steps

@@ -11,7 +11,7 @@ from torch.distributed.tensor import DTensor
 
 from tiny_chat_model import tiny_llama
 from passband.training.rl.ranks import shard_policy, unwrap
-from passband.training.sft.distributed import close_process_group, open_process_group, rank
+from passband.training.runtime.distributed import close_process_group, open_process_group, rank
 from passband.training.engines.vllm_broadcast import EngineDtypeSource, update_info
 
 open_process_group(60.0)

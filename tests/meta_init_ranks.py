@@ -17,7 +17,7 @@ from passband.training.rl.launch import RanksConfig, full_model_state, open_rank
 from passband.training.rl.ranks import shard_policy
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference
 from passband.training.rl.update import build_optimizer, rl_update
-from passband.training.sft.distributed import close_process_group, rank
+from passband.training.runtime.distributed import close_process_group, rank
 
 config_file, batches_file, today_out, meta_out = (Path(arg) for arg in sys.argv[1:5])
 config = RanksConfig.model_validate(yaml.safe_load(config_file.read_text()))

@@ -170,7 +170,7 @@ def test_bf16_frozen_base_under_autocast_is_the_fp32_base_bit_for_bit():
     adapters off) included; the merged export differs only by the base's bf16 rounding."""
     from passband.training.logprobs import response_logprobs
     from passband.training.lora.adapters import base_weights_in_bf16, merged_state
-    from passband.training.sft.precision import autocast_for
+    from passband.training.runtime.precision import autocast_for
 
     policy = _adapted()
     _randomize_b(policy)

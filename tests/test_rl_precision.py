@@ -11,7 +11,7 @@ from passband.training.logprobs import response_logprobs
 from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.update import rl_update
-from passband.training.sft.precision import autocast_for
+from passband.training.runtime.precision import autocast_for
 
 VOCAB = 96
 
@@ -48,7 +48,7 @@ def _train(model, batch, precision, **cfg):
 
 
 def test_auto_picks_bf16_where_the_cpu_has_bf16_matmul():
-    from passband.training.sft.precision import resolve_precision
+    from passband.training.runtime.precision import resolve_precision
 
     native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert resolve_precision("auto", torch.device("cpu")) == ("bf16_autocast" if native else "fp32")

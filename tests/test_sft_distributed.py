@@ -6,7 +6,7 @@ import torch
 
 from test_sft_train_step import _examples
 from tiny_chat_model import PAD, tiny_llama
-from passband.training.sft.distributed import (
+from passband.training.runtime.distributed import (
     optimizer_state_by_index,
     optimizer_state_by_name,
     parameter_names,

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from passband.training.sft.sampler import SamplerState, StepSampler, count_steps, epoch_permutation
-from passband.training.sft.schedule import lr_at
+from passband.training.runtime.schedule import lr_at
 
 
 def test_warmup_then_cosine_by_hand():

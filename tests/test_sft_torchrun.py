@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.sft.config import StageConfig
-from passband.training.sft.checkpoint_shards import restore_training_state
+from passband.training.runtime.checkpoint_shards import restore_training_state
 from passband.training.model_source import load_causal_lm
 from passband.training.sft.launch import LaunchConfig, local_stage_examples, run
 from passband.training.sft.packing import group_micro_batches, pack_first_fit_decreasing

@@ -19,7 +19,7 @@ from test_sft_train_step import _examples
 from tiny_chat_model import PAD, tiny_llama
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.update import rl_update
-from passband.training.sft.device import fused_on, resolve_device
+from passband.training.runtime.device import fused_on, resolve_device
 from passband.training.sft.loop import train_step
 from passband.training.sft.model_loss import PackedLMLoss
 

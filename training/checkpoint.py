@@ -8,11 +8,11 @@ Layout of one checkpoint directory:
   trainer_state.json    step, data cursor (epoch, cursor), stage name, seed, data fingerprint
   adapter/              with LoRA only: the adapters in peft's layout (training/lora/adapters.py);
                         the model files above then hold the merged weights
-The learning-rate schedule is a pure function of the step (training/sft/schedule.py), so the step
+The learning-rate schedule is a pure function of the step (training/runtime/schedule.py), so the step
 is the scheduler state. The directory is written under a temporary name and renamed when complete,
 so a crash never leaves a half-written checkpoint under the final name; committing it to the
 artifact store (manifest last) is the tasks layer's job. Torchrun ranks write the same directory with
-the weights and AdamW state sharded instead of optimizer.pt (training/sft/checkpoint_shards.py).
+the weights and AdamW state sharded instead of optimizer.pt (training/runtime/checkpoint_shards.py).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def save_checkpoint(
     """Write checkpoint `out_dir/name` (replacing one of that name) and return its path.
 
     model_state / optimizer_state replace the model's and optimizer's own state. One process
-    writes this layout; torchrun ranks write theirs with training/sft/checkpoint_shards.py.
+    writes this layout; torchrun ranks write theirs with training/runtime/checkpoint_shards.py.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / name
@@ -141,7 +141,7 @@ def read_trainer_state(path: Path) -> dict[str, Any]:
 
 def load_checkpoint(path: Path) -> LoadedCheckpoint:
     """Read a checkpoint directory written by `save_checkpoint` in one process (one written by
-    torchrun ranks holds no optimizer.pt: training/sft/checkpoint_shards.py restores either)."""
+    torchrun ranks holds no optimizer.pt: training/runtime/checkpoint_shards.py restores either)."""
     return LoadedCheckpoint(
         path=path,
         model_state=read_weights(path),

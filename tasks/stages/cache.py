@@ -35,7 +35,7 @@ def _leaves_to_machine(config: Any) -> bool:
 def machine_choices(config: dict[str, Any]) -> dict[str, bool]:
     """What this machine's `auto` settings are decided by (issue #56): whether torch sees CUDA and
     whether the CPU multiplies bf16 natively. The engine's `dtype: auto` (EngineConfig.resolved_dtype)
-    and the trainers' `device`/`precision: auto` (training/sft/device.py, precision.py) follow from
+    and the trainers' `device`/`precision: auto` (training/runtime/device.py, precision.py) follow from
     these two, and bf16 and fp32 sample and train other bits; so a store shared by an AVX2 box (fp32)
     and an AMX box or a GPU (bf16) keeps a stage of each. A config that names every such setting gets
     {} and the same key on every machine."""

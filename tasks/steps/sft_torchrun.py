@@ -2,7 +2,7 @@
 
 What must happen once stays in the flow's process: the MLflow run, the artifact store and the
 checkpoint commits. The ranks run only the training loop (`python -m passband.training.sft.launch`,
-FSDP2, training/sft/distributed.py), on the examples the flow has already read, mixed,
+FSDP2, training/runtime/distributed.py), on the examples the flow has already read, mixed,
 decontaminated and encoded (written once to scratch, so every rank trains on exactly the data the
 stage key fingerprints). Rank 0 prints one JSON line per step and one per checkpoint it has written;
 this module reads them as they come and hands them to the same `on_metrics` / `on_checkpoint`

@@ -35,7 +35,7 @@ def _transformers_model(config: RewardModelConfig) -> Any:
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from passband.training.sft.device import resolve_device
+    from passband.training.runtime.device import resolve_device
 
     model = AutoModelForSequenceClassification.from_pretrained(config.model, torch_dtype=torch.float32)
     if model.config.num_labels != 1:

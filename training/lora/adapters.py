@@ -50,7 +50,7 @@ def attach_adapters(model: torch.nn.Module, cfg: LoraConfig, seed: int) -> torch
 def base_weights_in_bf16(model: torch.nn.Module) -> int:
     """Store the frozen weight of every adapted linear layer in bf16, in place; how many parameters moved.
 
-    For a trainer running under bf16 autocast only (training/sft/precision.py): autocast casts each
+    For a trainer running under bf16 autocast only (training/runtime/precision.py): autocast casts each
     matmul's weight to bf16 anyway, so a weight already in bf16 gives the same products bit for bit,
     and the frozen base, most of a LoRA trainer's memory, takes half of it (a 7.6B base: 14.2 GiB
     against 28.4). Biases, norms, embeddings and the LM head stay fp32 (autocast leaves the ops that

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.lora.settings import RLLoraConfig
 from passband.training.rl.kl_rules import check_kl_placement, refuse_renamed_estimator
-from passband.training.sft.schedule import lr_at
-from passband.training.precision_setting import DeviceSetting, PrecisionSetting
+from passband.training.runtime.schedule import lr_at
+from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
 # What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
 # are geometric means over the response, so they move ~1/sqrt(length) as much as token ratios:
@@ -105,7 +105,7 @@ class RLAlgoConfig(BaseModel):
     lr: float = Field(default=1e-6, gt=0, description="AdamW learning rate (the peak, reached after lr_warmup_steps).")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(
         default="constant", description="The rate after warmup: constant (the default, the demo's), or linear / "
-        "cosine decay to 0 over lr_decay_steps (training.sft.schedule.lr_at, SFT's rule). The step is the "
+        "cosine decay to 0 over lr_decay_steps (training.runtime.schedule.lr_at, SFT's rule). The step is the "
         "optimizer's own count (AdamW's state step), which a checkpoint keeps, so a resumed run sets the same rate at "
         "every step as an uninterrupted one; an update skipped (max_vllm_kl) takes no step and moves no rate.",
     )
@@ -268,7 +268,7 @@ class RLAlgoConfig(BaseModel):
         return {**data, **{name: value for name, value in LEVEL_DEFAULTS[level].items() if data.get(name) is None}}
 
     def lr_factor(self, step: int) -> float:
-        """The scheduled rate at optimizer step `step` (0-based) as a fraction of lr (training.sft.schedule.lr_at)."""
+        """The scheduled rate at optimizer step `step` (0-based) as a fraction of lr (training.runtime.schedule.lr_at)."""
         num_steps = self.lr_warmup_steps + (self.lr_decay_steps or 1)  # constant: 1.0 from the end of warmup on
         return lr_at(min(step, num_steps - 1), 1.0, self.lr_warmup_steps, num_steps, self.lr_schedule)
 

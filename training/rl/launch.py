@@ -21,12 +21,12 @@ half a file; every rank reads every request):
   {"kind": "broadcast"}   send the weights the ranks hold to the engine; answers {"request": N, "sent": true}
   {"kind": "checkpoint", "name": "iter-000003", "state": {RLState}}
       every rank writes its shards of the weights and AdamW state into work_dir/checkpoints/<name>,
-      rank 0 the HF export of the weights beside them (training/sft/checkpoint_shards.py; in one process
+      rank 0 the HF export of the weights beside them (training/runtime/checkpoint_shards.py; in one process
       the one-process layout, training/checkpoint.py), and rank 0 answers {"request": N, "checkpoint": path}
   {"kind": "stop"}   answers {"request": N, "stopped": true}; the ranks exit.
 Answers are JSON lines on rank 0's stdout (tasks/steps/rl_torchrun.py reads them). Long-lived ranks
 rather than one launch per iteration: the model is loaded and sharded once (built on meta, rank 0
-reading the weights: training/sft/meta_init.py), and the AdamW state never leaves its rank.
+reading the weights: training/runtime/meta_init.py), and the AdamW state never leaves its rank.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from passband.training.rl.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.ranks import shard_policy, unwrap
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference
-from passband.training.sft.distributed import close_process_group, open_process_group, rank, world_size
+from passband.training.runtime.distributed import close_process_group, open_process_group, rank, world_size
 
 
 class RanksConfig(BaseModel):
@@ -98,14 +98,14 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     weights, AdamW state and RNG of `resume_from` loaded whatever rank count wrote it.
 
     Under ranks the policy (and the reference) is built on meta and sharded before any weight is
-    read: rank 0 reads them and each rank keeps its shard (training/sft/meta_init.py), or each rank
+    read: rank 0 reads them and each rank keeps its shard (training/runtime/meta_init.py), or each rank
     loads its shards of a sharded checkpoint; no rank but 0 holds a full copy."""
-    from passband.training.sft.checkpoint_shards import restore_training_state
-    from passband.training.sft.meta_init import fill_weights
+    from passband.training.runtime.checkpoint_shards import restore_training_state
+    from passband.training.runtime.meta_init import fill_weights
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
-    from passband.training.sft.device import resolve_device
-    from passband.training.sft.precision import resolve_precision
+    from passband.training.runtime.device import resolve_device
+    from passband.training.runtime.precision import resolve_precision
 
     open_process_group(config.collective_timeout_s)
     weights_dir = config.resume_from or config.model
@@ -166,7 +166,7 @@ def save_rank_checkpoint(trainer: RLTrainer, out_dir: Path, name: str) -> Path:
     """Checkpoint `out_dir/name`: sharded under ranks (every rank writes its shards, a collective),
     the one-process layout in one process."""
     from passband.training.checkpoint import save_checkpoint
-    from passband.training.sft.checkpoint_shards import save_sharded_checkpoint
+    from passband.training.runtime.checkpoint_shards import save_sharded_checkpoint
 
     lm, state = unwrap(trainer.model), trainer.state.to_json()
     if world_size() == 1:

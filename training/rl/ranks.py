@@ -1,6 +1,6 @@
 """The RL update on torchrun ranks: the policy (and the reference) sharded by FSDP2, micro-batches split.
 
-SFT's sharding (training/sft/distributed.py) applied to RL: every decoder layer is an FSDP unit,
+SFT's sharding (training/runtime/distributed.py) applied to RL: every decoder layer is an FSDP unit,
 then the root `ShardedPolicy`, whose forward runs one micro-batch's log-prob (or entropy) pass, so
 the embeddings, final norm and tied head are gathered while `response_logprobs` uses the head
 outside the decoder. Gradients are summed across ranks, not averaged (`shard_for_training`).
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from passband.training.sft.distributed import rank, rank_micro_batches, shard_for_training, world_size
+from passband.training.runtime.distributed import rank, rank_micro_batches, shard_for_training, world_size
 
 
 class ShardedPolicy(torch.nn.Module):

@@ -99,13 +99,13 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     `lora.start: continue`): the base that `model_dir`'s adapter was trained on; the policy is that base
     with `model_dir`'s adapter (or the resumed checkpoint's), and the reference the base (adapters off).
     """
-    from passband.training.sft.checkpoint_shards import restore_training_state
+    from passband.training.runtime.checkpoint_shards import restore_training_state
     from passband.training.lora.adapters import (attach_adapters, base_weights_in_bf16, load_adapter_state,
                                                  read_adapter)
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
-    from passband.training.sft.device import resolve_device
-    from passband.training.sft.precision import resolve_precision
+    from passband.training.runtime.device import resolve_device
+    from passband.training.runtime.precision import resolve_precision
 
     device = resolve_device(algo.device)  # the one decision: policy, reference, AdamW and batches follow it
     weights_dir = Path(resume_dir or model_dir)
@@ -132,8 +132,8 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
 
 def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
     """The policy at `weights_dir`, dropout off, with the config's attention and activation checkpointing;
-    with `on_meta` its weights are not read: parameters on the meta device (training/sft/meta_init.py)."""
-    from passband.training.sft.meta_init import empty_causal_lm
+    with `on_meta` its weights are not read: parameters on the meta device (training/runtime/meta_init.py)."""
+    from passband.training.runtime.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
     # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
@@ -155,7 +155,7 @@ def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) ->
 
 def load_reference(model_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
     """The frozen reference policy: the run's start model (`on_meta`: as `load_policy`)."""
-    from passband.training.sft.meta_init import empty_causal_lm
+    from passband.training.runtime.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
     ref_model = (empty_causal_lm if on_meta else load_causal_lm)(model_dir).eval().requires_grad_(False)

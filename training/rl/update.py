@@ -67,10 +67,10 @@ from passband.training.rl.mismatch import (effective_sample_size, importance_wei
                                            rejection_fractions, response_perplexity)
 from passband.training.rl.ranks import merge_rows, own_chunks, through_root
 from passband.training.rl.rollout_metrics import rollout_metrics
-from passband.training.precision_setting import Precision
-from passband.training.sft.device import fused_on
-from passband.training.sft.distributed import full_norm
-from passband.training.sft.precision import autocast_for, resolve_precision
+from passband.training.runtime.settings import Precision
+from passband.training.runtime.device import fused_on
+from passband.training.runtime.distributed import full_norm
+from passband.training.runtime.precision import autocast_for, resolve_precision
 
 __all__ = ["LossInputs", "RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.lora.settings import LoraConfig
-from passband.training.precision_setting import DeviceSetting, PrecisionSetting
+from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
 
 class StageConfig(BaseModel):
@@ -89,7 +89,7 @@ class StageConfig(BaseModel):
 
 
 class DistributedConfig(BaseModel):
-    """How many processes train each stage: one, or torchrun ranks under FSDP2 (training/sft/distributed.py)."""
+    """How many processes train each stage: one, or torchrun ranks under FSDP2 (training/runtime/distributed.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -30,11 +30,11 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from passband.training.sft.meta_init import empty_causal_lm
+from passband.training.runtime.meta_init import empty_causal_lm
 from passband.training.model_source import load_causal_lm, load_tokenizer
 from passband.training.sft.config import StageConfig
 from passband.training.sft.data import encode_rows, mix_stage_rows
-from passband.training.sft.distributed import close_process_group, open_process_group, rank, world_size
+from passband.training.runtime.distributed import close_process_group, open_process_group, rank, world_size
 from passband.training.sft.loop import CheckpointCallback, MetricsCallback, TrainResult, train_stage
 from passband.training.sft.packing import SFTExample
 from passband.training.sft.sources import read_chat_rows
@@ -100,7 +100,7 @@ def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics
     else:
         examples = local_stage_examples(config.stage, tokenizer)
     # Under ranks no rank loads the weights here: the model is built on meta and, once sharded, filled
-    # from rank 0's read of them (training/sft/meta_init.py).
+    # from rank 0's read of them (training/runtime/meta_init.py).
     model = load_causal_lm(config.model) if world_size() == 1 else empty_causal_lm(config.model)
     open_process_group(config.collective_timeout_s)  # before the loop shards the model: its collectives are bounded
     return train_stage(model, tokenizer, examples, config.stage, config.out_dir,

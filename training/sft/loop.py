@@ -6,7 +6,7 @@ into rows of at most `max_length` tokens and the rows grouped into micro-batches
 total number of loss tokens before backward, so the accumulated gradient is exactly that of the
 token-mean loss over the whole step, however the step is split. Then clip, AdamW, next step.
 Under torchrun (WORLD_SIZE > 1) the same loop runs on every rank with the model sharded by FSDP2
-and the step's micro-batches split across ranks; see training/sft/distributed.py.
+and the step's micro-batches split across ranks; see training/runtime/distributed.py.
 
 Resume: a checkpoint holds the weights, AdamW state, RNG states and the sampler's (epoch, cursor);
 the learning rate is a pure function of the step. Continuing from it runs exactly the steps an
@@ -28,19 +28,19 @@ import torch
 
 from passband.training.checkpoint import (ADAPTER_FOLDER, load_model_weights, read_trainer_state, read_weights,
                                           save_checkpoint)
-from passband.training.sft.checkpoint_shards import restore_training_state, save_sharded_checkpoint
-from passband.training.sft.meta_init import fill_weights, on_meta
+from passband.training.runtime.checkpoint_shards import restore_training_state, save_sharded_checkpoint
+from passband.training.runtime.meta_init import fill_weights, on_meta
 from passband.training.lora.adapters import (adapter_checkpoint, attach_adapters, base_weights_in_bf16,
                                              load_adapter_state, read_adapter)
 from passband.training.sft.config import StageConfig
-from passband.training.sft.distributed import full_norm, rank, rank_micro_batches, shard_for_training, world_size
+from passband.training.runtime.distributed import full_norm, rank, rank_micro_batches, shard_for_training, world_size
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.sft.attention import resolve_attention
-from passband.training.sft.device import fused_on, peak_memory_mb, resolve_device
+from passband.training.runtime.device import fused_on, peak_memory_mb, resolve_device
 from passband.training.sft.packing import SFTExample, collate_packed, group_micro_batches, pack_first_fit_decreasing
-from passband.training.sft.precision import resolve_precision
+from passband.training.runtime.precision import resolve_precision
 from passband.training.sft.sampler import SamplerState, StepSampler, count_steps
-from passband.training.sft.schedule import lr_at
+from passband.training.runtime.schedule import lr_at
 
 MetricsCallback = Callable[[dict[str, float], int], None]
 CheckpointCallback = Callable[[Path, int], None]
@@ -149,7 +149,7 @@ def train_stage(
 
     Under torchrun (WORLD_SIZE > 1) every rank calls this with the same arguments; the model is
     sharded in place with FSDP2, every rank writes its shards of each checkpoint, rank 0 the rest
-    and calls the callbacks. A model built on `meta` (training/sft/meta_init.py, the ranks' launch) is
+    and calls the callbacks. A model built on `meta` (training/runtime/meta_init.py, the ranks' launch) is
     filled after sharding from `resume_from`, else from `start_weights` (rank 0 reads it).
     """
     cfg = stage_cfg

@@ -19,7 +19,7 @@ import torch
 
 from passband.training.sft.attention import VARLEN_SDPA
 from passband.training.sft.chunked_loss import chunked_lm_loss
-from passband.training.sft.precision import autocast_for
+from passband.training.runtime.precision import autocast_for
 
 
 class PackedLMLoss(torch.nn.Module):

@@ -5,7 +5,7 @@ and FSDP2 shards it; then `fill_weights` gives each rank its shards: from a mode
 one-process checkpoint, rank 0 alone reads the safetensors and broadcasts one tensor at a time,
 each rank keeping its shard as the parameter itself (`set_model_state_dict`'s broadcast_from_rank0,
 assigning over the meta shards: no second copy); from a sharded checkpoint each rank reads its own
-(training/sft/checkpoint_shards.py). The most a rank other than 0 holds beyond its shards is one full
+(training/runtime/checkpoint_shards.py). The most a rank other than 0 holds beyond its shards is one full
 tensor, while it is broadcast. Build the optimizer after: the broadcast puts new parameters in place.
 
 Buffers are not in a checkpoint (the rotary frequencies are computed from the config), so they
@@ -56,8 +56,8 @@ def fill_weights(model: torch.nn.Module, path: Path, device: torch.device) -> No
     from safetensors import safe_open
 
     from passband.training.checkpoint import tied_parameter_aliases, weight_files
-    from passband.training.sft.checkpoint_shards import is_sharded, load_sharded_weights
-    from passband.training.sft.distributed import rank
+    from passband.training.runtime.checkpoint_shards import is_sharded, load_sharded_weights
+    from passband.training.runtime.distributed import rank
 
     if is_sharded(path):
         materialize(model, device)

@@ -15,7 +15,7 @@ crash never leaves a half-written checkpoint under the final name. Under more th
 ranks must share the checkpoint directory's storage.
 
 Resuming is independent of how many ranks wrote the checkpoint and of its layout: the weights
-(training/sft/meta_init.py `fill_weights` under ranks; the HF export in one process) and then the
+(training/runtime/meta_init.py `fill_weights` under ranks; the HF export in one process) and then the
 AdamW and RNG states (`restore_training_state`). DCP reshards on load (N ranks -> M, one process
 included); a one-process checkpoint (optimizer.pt) is read by rank 0 and broadcast, every rank
 keeping its shards.
@@ -64,7 +64,7 @@ def save_sharded_checkpoint(out_dir: Path, name: str, model: Any, tokenizer: Any
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from passband.training.checkpoint import capture_rng_state, tied_parameter_aliases
-    from passband.training.sft.distributed import rank
+    from passband.training.runtime.distributed import rank
 
     final, partial = out_dir / name, out_dir / f".{name}.partial"
     if rank() == 0:
@@ -109,7 +109,7 @@ def restore_training_state(path: Path, model: torch.nn.Module, optimizer: torch.
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     from passband.training.checkpoint import read_trainer_state, restore_rng_state
-    from passband.training.sft.distributed import optimizer_state_by_name, parameter_names, rank, world_size
+    from passband.training.runtime.distributed import optimizer_state_by_name, parameter_names, rank, world_size
 
     if is_sharded(path):
         state = {"optimizer": sharded_state(model, optimizer)["optimizer"]}

@@ -13,7 +13,7 @@ import contextlib
 
 import torch
 
-from passband.training.precision_setting import Precision, PrecisionSetting
+from passband.training.runtime.settings import Precision, PrecisionSetting
 
 
 def resolve_precision(setting: PrecisionSetting, device: torch.device) -> Precision:

@@ -18,10 +18,10 @@ divided by the *whole step's* loss-token count (known on every rank, since every
 step's examples: no all-reduce needed) and gradients are *summed* across ranks, not averaged, so
 the gradient is the one-process gradient of the whole step up to float summation order.
 
-Start-up without a full copy on every rank (training/sft/meta_init.py): each rank builds the model on
+Start-up without a full copy on every rank (training/runtime/meta_init.py): each rank builds the model on
 the `meta` device, `shard_for_training` shards it, and rank 0 alone reads the weights and
 broadcasts them, each rank keeping its shard (or each rank reads its shards of a checkpoint). Checkpoints are sharded
-(training/sft/checkpoint_shards.py): each rank writes its shards of the weights and AdamW state with
+(training/runtime/checkpoint_shards.py): each rank writes its shards of the weights and AdamW state with
 torch.distributed.checkpoint, rank 0 the HF export of the weights beside them; a resume reshards
 them to its own number of ranks, one included (local disk under --standalone, shared storage
 across nodes).
@@ -79,7 +79,7 @@ def shard_for_training(loss_module: torch.nn.Module, device: torch.device, preci
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
 
     fully_shard moves the parameters to `device` (the trainer's `resolve_device`: cuda:LOCAL_RANK
-    when it is CUDA). A model built on `meta` (training/sft/meta_init.py) stays there, sharded, until
+    when it is CUDA). A model built on `meta` (training/runtime/meta_init.py) stays there, sharded, until
     `fill_weights` gives each rank its shards. The process group is already open
     (`open_process_group`, with its collective timeout).
 

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from passband.training.precision_setting import DeviceSetting
+from passband.training.runtime.settings import DeviceSetting
 
 
 def resolve_device(setting: DeviceSetting) -> torch.device:
