@@ -18,7 +18,7 @@ from passband.training.episodes.setups import EnvironmentConfig, check_environme
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
-from passband.training.sft.config import DistributedConfig
+from passband.training.runtime.config import DistributedConfig
 
 # Settings that change how a run proceeds, not what it produces: left out of the cache and run keys
 # (`distributed`: N ranks give the one-process weights up to float summation order, and a checkpoint

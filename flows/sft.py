@@ -26,7 +26,8 @@ from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
 from passband.tasks.stages.summary import RunSummary
 from passband.flows.eval_config import EvalConfig
 from passband.training.episodes.math_python import MathToolConfig
-from passband.training.sft.config import DistributedConfig, StageConfig
+from passband.training.runtime.config import DistributedConfig
+from passband.training.sft.config import StageConfig
 
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Settings that change how a run proceeds, not what it produces: left out of the cache key

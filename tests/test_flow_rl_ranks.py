@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from passband.flows.rl import rl
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.sft.config import DistributedConfig
+from passband.training.runtime.config import DistributedConfig
 from test_flow_rl import EVAL_PROMPTS, TRAIN_PROMPTS, _digit_model, _rows_file, _state, _tiny_config, _weights, harness  # noqa: F401
 
 pytestmark = pytest.mark.slow  # four flow runs, two of them launching 2 torchrun ranks
@@ -74,7 +74,7 @@ def test_one_update_ahead_on_two_ranks(harness, tmp_path, monkeypatch):  # noqa:
     """rollout.max_off_policy_steps=1 with the update on 2 ranks: the ranks publish the start weights
     and every update under their root, the rollout thread samples iteration i with v<i-2> from there
     while they train, and the run ends where the in-process k=1 run does (the ranks' bound above)."""
-    from passband.training.sft.config import DistributedConfig
+    from passband.training.runtime.config import DistributedConfig
     from test_flow_rl import digit_task
     from test_rl_staleness import _config as ahead_config, _series
 

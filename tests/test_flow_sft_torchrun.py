@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 
 from passband.flows.sft import SFTConfig, sft
 from passband.tasks.artifacts.store import fetch_artifact, open_store
-from passband.training.sft.config import DistributedConfig, StageConfig
+from passband.training.runtime.config import DistributedConfig
+from passband.training.sft.config import StageConfig
 from test_flow_sft import KilledForTesting, kill_after_steps
 from test_sft_torchrun import _write_rows
 from tiny_chat_model import tiny_llama, tiny_tokenizer

@@ -201,7 +201,7 @@ def test_the_flow_handle_finds_the_newest_version_the_ranks_published(tmp_path):
     import queue
 
     from passband.tasks.steps.rl_torchrun import RanksTrainer
-    from passband.training.sft.config import DistributedConfig
+    from passband.training.runtime.config import DistributedConfig
     from passband.training.weights.versions import publish_state_dict
 
     # no ranks are launched: the handle only reads what rank 0 wrote under work_dir/weights

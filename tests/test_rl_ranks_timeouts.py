@@ -23,7 +23,7 @@ from killrun import alive, rank_pids
 from passband.tasks.steps.rl_torchrun import trainer_ranks
 from passband.training.engines.config import EngineConfig
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.sft.config import DistributedConfig
+from passband.training.runtime.config import DistributedConfig
 from test_rl_ranks import _batch
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 

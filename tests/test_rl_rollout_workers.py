@@ -33,7 +33,7 @@ from passband.stack.task_workers import start_task_workers
 from passband.tasks.sampling.rollout_workers import shard_bounds
 from passband.tasks.steps import rl as steps_rl
 from passband.tasks.steps.rl_torchrun import trainer_ranks
-from passband.training.sft.config import DistributedConfig
+from passband.training.runtime.config import DistributedConfig
 from test_flow_rl import _state, _weights, digit_task
 from test_rl_staleness import _config
 
@@ -231,7 +231,7 @@ def test_three_roles_together(server, tmp_path, monkeypatch):
     """The three roles apart: the update on 2 torchrun ranks, the rollouts on a task worker, one
     update ahead, the flow between them. The worker reads the versions the ranks publish, so the
     run equals the same ranks with the flow's own engine, bit for bit."""
-    from passband.training.sft.config import DistributedConfig
+    from passband.training.runtime.config import DistributedConfig
 
     digit_task(tmp_path, monkeypatch, "test-rl-three-roles")
     ranks = {"distributed": DistributedConfig(nproc_per_node=2)}

@@ -134,7 +134,7 @@ def test_a_failed_send_fails_the_round_without_waiting_on_the_engine():
 def test_the_settings_it_needs_are_named():
     from passband.flows.rl_config import RLConfig, RolloutConfig
     from passband.training.engines.config import EngineConfig
-    from passband.training.sft.config import DistributedConfig
+    from passband.training.runtime.config import DistributedConfig
 
     nccl = EngineConfig(weight_transfer="nccl", kv_cache_gib="batch", in_process=True)
     with pytest.raises(ValueError, match="nccl needs torchrun ranks") as refused:

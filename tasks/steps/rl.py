@@ -29,7 +29,7 @@ from passband.training.engines.config import EngineConfig
 from passband.training.engines.protocol import RolloutEngine, Sample
 from passband.training.judge.judge import Judge
 from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
-from passband.training.sft.config import DistributedConfig
+from passband.training.runtime.config import DistributedConfig
 from passband.training.weights.versions import load_version, publish_version
 
 CHECKPOINT_ROOT = "checkpoints/rl"

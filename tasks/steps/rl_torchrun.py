@@ -38,7 +38,7 @@ from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
 from passband.training.engines.config import EngineConfig
 from passband.training.rl.trainer import RLState
-from passband.training.sft.config import DistributedConfig
+from passband.training.runtime.config import DistributedConfig
 
 
 @dataclass

@@ -26,7 +26,8 @@ from passband.tasks.artifacts.checkpoints import commit_checkpoint, newest_commi
 from passband.tasks.artifacts.provenance import code_version, config_hash
 from passband.tasks.artifacts.store import fetch_artifact, open_store
 from passband.tasks.reporting.progress import Progress
-from passband.training.sft.config import DistributedConfig, StageConfig
+from passband.training.runtime.config import DistributedConfig
+from passband.training.sft.config import StageConfig
 from passband.training.sft.packing import SFTExample
 
 CHECKPOINT_ROOT = "checkpoints/sft"

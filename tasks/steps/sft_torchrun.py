@@ -21,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from passband.training.sft.config import DistributedConfig, StageConfig
+from passband.training.runtime.config import DistributedConfig
+from passband.training.sft.config import StageConfig
 from passband.training.sft.launch import LaunchConfig, save_examples
 from passband.training.sft.loop import CheckpointCallback, MetricsCallback
 from passband.training.sft.packing import SFTExample
