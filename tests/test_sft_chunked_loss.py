@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from passband.training.sft.chunked_loss import IGNORE_INDEX, chunked_lm_loss, logprobs_of_tokens
+from passband.training.runtime.chunked_loss import IGNORE_INDEX, chunked_lm_loss, logprobs_of_tokens
 
 
 def _inputs(num_tokens=37, hidden=16, vocab=50, seed=0):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tiny_chat_model import PAD, tiny_llama
-from passband.training.sft.chunked_loss import IGNORE_INDEX
+from passband.training.runtime.chunked_loss import IGNORE_INDEX
 from passband.training.sft.packing import (
     SFTExample,
     block_causal_mask,

@@ -2,7 +2,7 @@
 
 The engine reports log p_engine(token) from its processed distribution (logits / temperature);
 here the torch model recomputes the same quantity, chunk by chunk along tokens so the
-[tokens, vocab] logits tensor is never materialized (see training/sft/chunked_loss.py).
+[tokens, vocab] logits tensor is never materialized (see training/runtime/chunked_loss.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from passband.training.sft.chunked_loss import DEFAULT_CHUNK_SIZE, logprobs_of_tokens
+from passband.training.runtime.chunked_loss import DEFAULT_CHUNK_SIZE, logprobs_of_tokens
 
 
 @dataclass

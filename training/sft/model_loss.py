@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 
 from passband.training.sft.attention import VARLEN_SDPA
-from passband.training.sft.chunked_loss import chunked_lm_loss
+from passband.training.runtime.chunked_loss import chunked_lm_loss
 from passband.training.runtime.precision import autocast_for
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from passband.training.sft.chunked_loss import IGNORE_INDEX
+from passband.training.runtime.chunked_loss import IGNORE_INDEX
 
 
 @dataclass(frozen=True)
