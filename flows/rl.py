@@ -128,7 +128,7 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
     """The trainer, resumed from this config's newest checkpoint when `resume`: in this process, or
     the torchrun ranks serving it (their files under `scratch`), stopped when the block ends."""
     from passband.tasks.steps.rl import checkpoint_uri, last_checkpoint_iteration, rl_trainer
-    from passband.training.rl.staleness import versions_to_keep
+    from passband.training.rl.batches.staleness import versions_to_keep
 
     last = last_checkpoint_iteration(run_key, config.num_iterations) if config.resume else None
     resume_uri = checkpoint_uri(run_key, last) if last else None
@@ -212,7 +212,7 @@ def _finish(config: RLConfig, run: StageRun, state: RLState, tasks: list[str], w
     from passband.tasks.reporting.prefect_artifacts import publish_markdown
     from passband.tasks.reporting.registry import log_model
     from passband.tasks.steps.rl import checkpoint_uri
-    from passband.training.rl.timeline import timeline_markdown
+    from passband.training.rl.monitoring.timeline import timeline_markdown
 
     if len(state.entropy_reward) >= 3:
         tracking.log_figure(entropy_ceiling_figure(state.entropy_reward), "plots/entropy_ceiling.png", run.run_id)

@@ -1,5 +1,5 @@
 """Rollouts ahead of the trainer: with `rollout.max_off_policy_steps` k >= 1, the next k iterations'
-rollouts are sampled on a background thread while the trainer updates (training/rl/staleness.py
+rollouts are sampled on a background thread while the trainer updates (training/rl/batches/staleness.py
 says with which weights, and why a fixed lag).
 
 One thread owns the engine's sampling, so collections run one after another, each from the prompt
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from passband.flows.rl_config import RLConfig
 from passband.flows.rl_rollouts import iteration_seed
-from passband.training.rl.staleness import behaviour_version, check_staleness, versions_to_keep
+from passband.training.rl.batches.staleness import behaviour_version, check_staleness, versions_to_keep
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.flows.rl_rollouts import Rollouts
     from passband.training.engines import RolloutEngine
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.monitoring.timeline import Span
 
 
 @dataclass
@@ -56,7 +56,7 @@ class VersionedEngine:
     @contextmanager
     def at(self, version: int, role: str = "rollouts") -> Iterator[RolloutEngine]:
         """The engine holding weights `version` (loaded for `role` if it holds another), for this block alone."""
-        from passband.training.rl.timeline import Span
+        from passband.training.rl.monitoring.timeline import Span
         from passband.training.weights.versions import load_version
 
         with self.lock:

@@ -17,7 +17,7 @@ from passband.training.episodes.math_python import MathToolConfig
 from passband.training.episodes.setups import EnvironmentConfig, check_environments
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.dynamic_sampling import DynamicSamplingConfig
+from passband.training.rl.batches.dynamic_sampling import DynamicSamplingConfig
 from passband.training.runtime.config import DistributedConfig
 
 # Settings that change how a run proceeds, not what it produces: left out of the cache and run keys
@@ -79,7 +79,7 @@ class EarlyStopConfig(Config):
 
 
 class DriftConfig(Config):
-    """Drift alerts (training/rl/drift.py): each task's unparsable_frac, truncated_frac and mean response length
+    """Drift alerts (training/rl/monitoring/drift.py): each task's unparsable_frac, truncated_frac and mean response length
     against its mean over the run's first iterations. An alert is a warning, the MLflow tag `drift_alert` and a
     Prefect markdown artifact; the numbers of the run are the same either way."""
 
@@ -88,7 +88,7 @@ class DriftConfig(Config):
     window: int = Field(3, ge=1)
     """Iterations whose mean is compared with the baseline (1: each iteration alone). A few rollouts
     per task make single iterations swing: on the demo's RL one iteration's code length reached 1.58x
-    its baseline, while no 3 in a row averaged above 1.42x (training/rl/drift.py)."""
+    its baseline, while no 3 in a row averaged above 1.42x (training/rl/monitoring/drift.py)."""
     frac_margin: float = Field(0.2, gt=0)
     """Alert when a task's unparsable_frac or truncated_frac is more than this above its baseline (absolute)."""
     length_margin: float = Field(0.5, gt=0)
@@ -102,7 +102,7 @@ class RolloutConfig(RolloutWorkersConfig):
 
     max_off_policy_steps: int = Field(0, ge=0)
     """k: sample iteration i's rollouts with the weights of k updates ago (v<i-1-k>), on a thread
-    that keeps them coming while the trainer updates (flows/rl_ahead.py; training/rl/staleness.py).
+    that keeps them coming while the trainer updates (flows/rl_ahead.py; training/rl/batches/staleness.py).
     0: the synchronous loop (sample, train, sync), same numbers as before the setting existed.
     The trainer recomputes pi_old, and the mismatch correction (`algo.correction`) sees the
     staleness in rho; the engine keeps its weights while the trainer runs
@@ -143,7 +143,7 @@ class RLConfig(Config):
     and it runs inside the flow's process (no second copy of python, torch and vLLM in processes of
     its own; see EngineConfig.in_process)."""
     dynamic_sampling: DynamicSamplingConfig | None = None
-    """DAPO's dynamic sampling (training/rl/dynamic_sampling.py): sample rounds of prompts until the
+    """DAPO's dynamic sampling (training/rl/batches/dynamic_sampling.py): sample rounds of prompts until the
     batch holds `prompts_per_step` groups whose rewards differ (None: one round, every group trained
     on; `algo.skip_zero_gradient_rows` then skips the zero-variance groups' compute)."""
     math_tool: MathToolConfig | None = Field(None, exclude_if=lambda tool: tool is None)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband co
     from passband.flows.rl_rollouts import Rollouts
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.engines import RolloutEngine
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.monitoring.timeline import Span
     from passband.training.rl.trainer import RLState, RLTrainer
 
 
@@ -45,8 +45,8 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
 
     from passband.tasks.host.memory import PhasePeaks, cuda_peaks, resident_gb
     from passband.tasks.steps.rl_torchrun import RanksTrainer
-    from passband.training.rl.rollout_metrics import zero_variance_fractions
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.monitoring.rollout_metrics import zero_variance_fractions
+    from passband.training.rl.monitoring.timeline import Span
     from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
@@ -99,7 +99,7 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
     from passband.flows.rl_ahead import publish_update
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.monitoring.timeline import Span
     from passband.training.weights.versions import load_version
 
     start = time.time()
@@ -141,7 +141,7 @@ def _version_metrics(iteration: int, rollouts: Rollouts, vllm_kl: float, wait_s:
     """The batch's weight version, its lag, vllm_kl under the series of that lag, and the share of
     its sampling and scoring that ran hidden behind earlier updates (0 in the synchronous loop).
     Every row of a batch has the same version (a fixed lag), so its lag is the mean and the max."""
-    from passband.training.rl.staleness import off_policy_steps
+    from passband.training.rl.batches.staleness import off_policy_steps
 
     collect_s = rollouts.rollout_s + rollouts.scoring_s
     overlap = max(0.0, 1.0 - wait_s / max(collect_s, 1e-9)) if ahead else 0.0
@@ -205,7 +205,7 @@ class Evaluator:
         from passband.flows.rl_ahead import VersionedEngine
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
         from passband.training.episodes.setups import episode_setups
-        from passband.training.rl.timeline import Span
+        from passband.training.rl.monitoring.timeline import Span
 
         # shared with the rollout thread (max_off_policy_steps >= 1): borrowed, at the weights of `step`
         versioned = isinstance(self.engine, VersionedEngine)
@@ -270,7 +270,7 @@ class RolloutLog:
         from passband.tasks.reporting import tracking
         from passband.tasks.reporting.prefect_artifacts import publish_markdown
         from passband.tasks.steps.rollouts_log import ROLLOUTS_TAG, keep_rollouts
-        from passband.training.rl.rollout_records import iteration_sample, rollout_records, sample_markdown
+        from passband.training.rl.monitoring.rollout_records import iteration_sample, rollout_records, sample_markdown
 
         start = time.perf_counter()
         groups = rollouts.groups
@@ -294,7 +294,7 @@ class EarlyStop:
     logger: Any
 
     def observe(self, state: RLState, metrics: dict[str, float]) -> dict[str, float]:
-        from passband.training.rl.entropy_ceiling import observe_entropy_reward
+        from passband.training.rl.algebra.entropy_ceiling import observe_entropy_reward
 
         stop, fit = observe_entropy_reward(state.entropy_reward, metrics["entropy"], metrics[self.config.reward_metric],
                                            self.config.margin, self.config.patience)
@@ -308,7 +308,7 @@ class EarlyStop:
 
 @dataclass
 class DriftWatch:
-    """Drift alerts (training/rl/drift.py): keep each iteration's watched series in the state, and on each new
+    """Drift alerts (training/rl/monitoring/drift.py): keep each iteration's watched series in the state, and on each new
     alert warn, tag the MLflow run `drift_alert` and publish a markdown artifact; stop when the config says so."""
 
     config: DriftConfig
@@ -318,7 +318,7 @@ class DriftWatch:
     def observe(self, state: RLState, metrics: dict[str, float]) -> dict[str, float]:
         from passband.tasks.reporting import tracking
         from passband.tasks.reporting.prefect_artifacts import publish_markdown
-        from passband.training.rl.drift import drift_alerts, drift_series
+        from passband.training.rl.monitoring.drift import drift_alerts, drift_series
 
         state.drift_history.append(drift_series(metrics))
         alerts = drift_alerts(state.drift_history, self.config.baseline_iterations, self.config.frac_margin,

@@ -1,5 +1,5 @@
 """One iteration's scored rollouts: draw prompts from the seeded cursor, sample, verify, batch;
-with dynamic sampling (training/rl/dynamic_sampling.py), in rounds until the batch holds
+with dynamic sampling (training/rl/batches/dynamic_sampling.py), in rounds until the batch holds
 `prompts_per_step` groups whose rewards differ.
 """
 
@@ -13,8 +13,8 @@ from passband.flows.rl_config import RLConfig
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.training.engines import RolloutEngine, Sample, SamplingConfig
-    from passband.training.rl.batching import RolloutBatch
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.batches.batching import RolloutBatch
+    from passband.training.rl.monitoring.timeline import Span
 
 
 @dataclass
@@ -44,9 +44,9 @@ class Rollouts:
     metrics: dict[str, float]
     """Verifier-status counts of every rollout sampled, rollout speed, dynamic-sampling counts."""
     weight_version: int
-    """The weights version the engine sampled them with (training/rl/staleness.py)."""
+    """The weights version the engine sampled them with (training/rl/batches/staleness.py)."""
     spans: list[Span]
-    """When each round sampled and scored (training/rl/timeline.py; role `rollouts`)."""
+    """When each round sampled and scored (training/rl/monitoring/timeline.py; role `rollouts`)."""
     judged: list[dict[str, Any]] = field(default_factory=list)
     """One record per rollout a judge scored, every round (training/judge/; empty without judges)."""
 
@@ -61,8 +61,8 @@ class Rollouts:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Rollouts:
         from passband.training.engines.protocol import Sample
-        from passband.training.rl.batching import RolloutBatch
-        from passband.training.rl.timeline import Span
+        from passband.training.rl.batches.batching import RolloutBatch
+        from passband.training.rl.monitoring.timeline import Span
 
         groups = [ScoredGroup(group["row"], [Sample(**sample) for sample in group["samples"]], group["rewards"],
                               group["valid"], group.get("scores", []), group.get("statuses", []),
@@ -92,8 +92,8 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     from passband.tasks.steps.rl import score_rollouts
     from passband.tasks.steps.rollout import generate
     from passband.training.chat import render_prompt
-    from passband.training.rl.prompt_cursor import draw_prompts
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.batches.prompt_cursor import draw_prompts
+    from passband.training.rl.monitoring.timeline import Span
 
     weights = {task: weight for task, weight in config.weights().items() if task in problems}  # empty sets left out
     picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
@@ -149,7 +149,7 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
 
 
 def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
-    from passband.training.rl.batching import build_rollout_batch
+    from passband.training.rl.batches.batching import build_rollout_batch
 
     return build_rollout_batch([g.samples for g in groups], [g.rewards for g in groups], [g.valid for g in groups],
                                [g.row["task"] for g in groups], config.reward.mask_truncated, config.sampling.temperature,
@@ -163,8 +163,8 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
     after is the result's);
     `judges` (task -> training.judge Judge) score their tasks' rollouts instead of the verifiers."""
     from passband.tasks.steps.rollout import rollout_stats
-    from passband.training.rl.dynamic_sampling import GroupPool, round_prompts, round_seed
-    from passband.training.rl.rollout_metrics import zero_variance_flags
+    from passband.training.rl.batches.dynamic_sampling import GroupPool, round_prompts, round_seed
+    from passband.training.rl.monitoring.rollout_metrics import zero_variance_flags
 
     dynamic = config.dynamic_sampling
     if dynamic is None:
@@ -194,6 +194,6 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
 
 
 def _seconds(spans: list[Span], phase: str) -> float:
-    from passband.training.rl.timeline import phase_seconds
+    from passband.training.rl.monitoring.timeline import phase_seconds
 
     return phase_seconds(spans).get(("rollouts", phase), 0.0)

@@ -15,7 +15,7 @@ GEMMs do; an fp32 forward otherwise, so it runs at fp32 speed where bf16 arithme
 samples prompts x group responses of exactly --tokens tokens (T = 1, no top-k/top-p, EOS not
 stopping them) in one left-padded batch with a KV cache, and records each sampled token's log-prob
 from that pass, as vLLM reports its own. The "trainer" scores every response in fp32, one full
-forward each. `training.rl.mismatch.rejection_fractions` says what seq-MIS, token-MIS (C = 2) and
+forward each. `training.rl.algebra.mismatch.rejection_fractions` says what seq-MIS, token-MIS (C = 2) and
 geo-MIS (1.001) would reject at each length, taking each response's first L tokens (a prefix of a
 sample is the sample a shorter max_tokens draws). Prints vllm_kl (mismatch_kl), the fractions and
 the mean of log rho over sequences per length.
@@ -112,7 +112,7 @@ def main() -> None:
     from passband.curation.suites.math_suite import generate_math
     from passband.training.chat import render_prompt
     from passband.training.model_source import gguf_to_safetensors, load_tokenizer, smollm2_gguf_path
-    from passband.training.rl.mismatch import mismatch_kl, rejection_fractions
+    from passband.training.rl.algebra.mismatch import mismatch_kl, rejection_fractions
 
     model_dir = gguf_to_safetensors(smollm2_gguf_path(), Path(tempfile.mkdtemp(prefix="bench-model-")))
     tokenizer = load_tokenizer(model_dir)

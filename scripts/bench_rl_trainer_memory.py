@@ -50,7 +50,7 @@ def one(model_dir: Path, overrides: dict, prompt_tokens: int, response_tokens: i
     from passband.tasks.host.memory import PhasePeaks, high_water_mark_gb
     from passband.training.heap import trim_heap
     from passband.training.rl import update
-    from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.batches.batching import RolloutBatch
     from passband.training.rl.config import RLAlgoConfig
     from passband.training.rl.trainer import open_trainer
     from passband.training.weights.versions import publish_version

@@ -33,7 +33,7 @@ def main() -> None:
     import torch
 
     from passband.training.rl import update
-    from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.batches.batching import RolloutBatch
     from passband.training.rl.config import RLAlgoConfig
     from passband.training.rl.trainer import open_trainer
 

@@ -9,7 +9,7 @@ response exactly that long, so the lengths compared are the lengths named, and
 cover the rows the gradient sees). Iteration 1 samples
 with v0 and trains v0 (on policy: only the engine's bf16 numerics against the fp32 trainer);
 iterations 2.. sample with the weights one update older than the trainer's. Every update logs
-what each rejecting correction would drop (`mismatch_would_reject/*`, training/rl/mismatch.py:
+what each rejecting correction would drop (`mismatch_would_reject/*`, training/rl/algebra/mismatch.py:
 rejection_fractions) at the preset's thresholds (seq-MIS and token-MIS C = 2, geo-MIS 1.001), so
 one run measures all three on the same batches. Prints, per length and for on-policy vs one step
 stale: vllm_kl and the fraction of sequences each correction rejects (token-MIS: sequences with a

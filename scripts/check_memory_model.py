@@ -41,7 +41,7 @@ def child(model_dir: Path, variant: dict, tokens: int, sequences: int) -> dict:
     from passband.tasks.host.memory import PhasePeaks
     from passband.training.heap import trim_heap
     from passband.training.rl import update
-    from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.batches.batching import RolloutBatch
     from passband.training.rl.config import RLAlgoConfig
     from passband.training.rl.trainer import open_trainer
 

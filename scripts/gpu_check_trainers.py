@@ -141,7 +141,7 @@ def rollout_batch(model, prompt_len: int, response_len: int, num_prompts: int, g
     import torch
 
     from passband.training.logprobs import response_logprobs
-    from passband.training.rl.batching import RolloutBatch
+    from passband.training.rl.batches.batching import RolloutBatch
 
     generator = torch.Generator().manual_seed(2)
     prompts, responses = [], []

@@ -12,7 +12,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.launch import RanksConfig, full_model_state, open_rank_trainer
 from passband.training.rl.ranks import shard_policy
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference

@@ -12,7 +12,7 @@ from passband.flows.rl_rollouts import _episode_samples
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.code_feedback import (CodeFeedbackConfig, CodeFeedbackEnvironment,
                                                       CodeFeedbackSettings)
-from passband.training.rl.batching import build_rollout_batch
+from passband.training.rl.batches.batching import build_rollout_batch
 from tiny_chat_model import IM_END, tiny_tokenizer
 
 ROW = {"id": "c0", "task": "code", "prompt": "Write add(a, b) returning a + b.",

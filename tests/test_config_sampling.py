@@ -105,7 +105,7 @@ def test_rl_stores_its_temperature_once():
 
 def test_the_rollout_batch_carries_the_sampling_temperature():
     from passband.training.engines.protocol import Sample
-    from passband.training.rl.batching import build_rollout_batch
+    from passband.training.rl.batches.batching import build_rollout_batch
 
     samples = [[Sample(prompt_index=0, sample_index=i, token_ids=[2], text="", logprobs=[-0.5], finish_reason="stop",
                        prompt_token_ids=[1]) for i in range(2)]]

@@ -232,7 +232,7 @@ def test_the_rules_catch_what_they_should(tmp_path: Path, monkeypatch) -> None:
     assert cited_symbols("fit_entropy_ceiling(entropies, rewards)\n  -> (a, b, ceiling = b - a, r2)") == [
         "fit_entropy_ceiling"]
     assert cited_symbols("ENGINES.scope(), ENGINES.engine") == ["ENGINES.scope", "ENGINES.engine"]
-    assert symbol_problem("training/rl/kl.py", "kl_reward_penalty") is None
+    assert symbol_problem("training/rl/algebra/kl.py", "kl_reward_penalty") is None
     assert symbol_problem("training/rl/config.py", "RLAlgoConfig._check") is None
     assert symbol_problem("flows/rl_config.py", "TASKS") == (
         "flows/rl_config.py defines no 'TASKS' (def, class or assignment)")  # imported there, defined elsewhere

@@ -12,7 +12,7 @@ from passband.training.engines.hf_engine import HFEngine
 from passband.training.engines import EngineConfig, Sample, SamplingConfig
 from passband.training.logprobs import pad_rows, response_logprobs
 from passband.training.model_source import load_causal_lm, load_tokenizer
-from passband.training.rl.mismatch import mismatch_kl
+from passband.training.rl.algebra.mismatch import mismatch_kl
 
 QUESTIONS = ["What is 3 + 4?", "Name a color.", "Write one word.", "What is 2 + 2?"]
 SETTINGS = SamplingConfig(n=4, temperature=1.0, max_tokens=40, seed=0)

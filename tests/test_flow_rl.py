@@ -178,7 +178,7 @@ def test_stopped_and_resumed_run_matches_uninterrupted(harness, tmp_path, monkey
     # What the policy wrote (issue 53): one row per rollout, every field, the logged reward series; the
     # resumed run's artifact (iteration 1 kept by the stopped run, 2 by the resumed one) equals the full run's.
     from passband.tasks.steps.rollouts_log import ROLLOUTS_TAG, read_rollouts
-    from passband.training.rl.rollout_records import ROLLOUT_COLUMNS
+    from passband.training.rl.monitoring.rollout_records import ROLLOUT_COLUMNS
 
     client = MlflowClient()
     table = read_rollouts(client.get_run(full.mlflow_run_id).data.tags[ROLLOUTS_TAG])

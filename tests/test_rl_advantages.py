@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from passband.training.rl.advantages import group_advantages, zero_variance_groups
+from passband.training.rl.algebra.advantages import group_advantages, zero_variance_groups
 
 
 def test_group_advantages_use_sample_std_by_hand():

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from passband.training.engines.protocol import Sample
-from passband.training.rl.batching import RolloutBatch, build_rollout_batch
-from passband.training.rl.rollout_metrics import rollout_metrics
+from passband.training.rl.batches.batching import RolloutBatch, build_rollout_batch
+from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
 
 
 def _sample(prompt_index, sample_index, tokens, finish_reason="stop", prompt=(1, 2)):

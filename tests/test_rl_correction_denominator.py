@@ -7,10 +7,10 @@ import torch
 from tiny_chat_model import tiny_llama
 
 from passband.training.logprobs import response_logprobs
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.loss import compute_loss, loss_settings
-from passband.training.rl.mismatch import importance_weights
+from passband.training.rl.algebra.mismatch import importance_weights
 from passband.training.rl.update import _fuses_scoring, _loss_inputs, rl_update
 
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from passband.training.rl.covariance import clip_cov_keep_mask, kl_cov_penalty, kl_cov_selection, token_covariance
-from passband.training.rl.objectives import policy_loss
-from passband.training.rl.covariance import KL_COV_CLIP
+from passband.training.rl.algebra.covariance import clip_cov_keep_mask, kl_cov_penalty, kl_cov_selection, token_covariance
+from passband.training.rl.algebra.objectives import policy_loss
+from passband.training.rl.algebra.covariance import KL_COV_CLIP
 
 # Two rows of two tokens. Token advantages [1, 1, -1, -1] (mean 0); logp [-1, -3, -1.5, -2.5]
 # (mean -2, centred [1, -1, 0.5, -0.5]); cov = centred logp * centred A = [1, -1, -0.5, 0.5].

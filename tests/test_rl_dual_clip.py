@@ -8,10 +8,10 @@ import torch
 from tiny_chat_model import tiny_llama
 
 from passband.training.logprobs import response_logprobs
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.loss import loss_settings
-from passband.training.rl.objectives import policy_loss
+from passband.training.rl.algebra.objectives import policy_loss
 from passband.training.rl.update import rl_update
 
 

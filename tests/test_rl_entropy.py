@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from passband.training.rl.entropy import entropy_from_hidden, token_entropy
+from passband.training.rl.algebra.entropy import entropy_from_hidden, token_entropy
 
 
 def _full_softmax_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -9,9 +9,9 @@ from tiny_chat_model import tiny_llama
 
 from passband.training.engines.protocol import Sample
 from passband.training.logprobs import response_logprobs
-from passband.training.rl.batching import build_rollout_batch
+from passband.training.rl.batches.batching import build_rollout_batch
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.rollout_metrics import rollout_metrics
+from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
 from passband.training.rl.update import rl_update
 
 

@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from passband.training.rl.kl import kl_estimate, kl_loss, kl_reward_penalty
-from passband.training.rl.kl_rules import check_kl_placement
-from passband.training.rl.advantages import group_advantages
-from passband.training.rl.objectives import policy_loss
+from passband.training.rl.algebra.kl import kl_estimate, kl_loss, kl_reward_penalty
+from passband.training.rl.algebra.kl_rules import check_kl_placement
+from passband.training.rl.algebra.advantages import group_advantages
+from passband.training.rl.algebra.objectives import policy_loss
 
 V = 5
 THETA = torch.tensor([0.3, -1.2, 0.8, 0.0, -0.4])

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from passband.training.rl.kl import kl_loss
+from passband.training.rl.algebra.kl import kl_loss
 
 VOCAB = 3
 

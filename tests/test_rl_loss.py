@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.kl import kl_loss
+from passband.training.rl.algebra.kl import kl_loss
 from passband.training.rl.loss import LossInputs, compute_loss, loss_settings
-from passband.training.rl.objectives import policy_loss
+from passband.training.rl.algebra.objectives import policy_loss
 
 
 def _inputs(kl_level: str):

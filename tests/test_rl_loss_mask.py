@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from passband.training.engines.protocol import Sample
 from passband.training.logprobs import response_logprobs
-from passband.training.rl.batching import RolloutBatch, build_rollout_batch
+from passband.training.rl.batches.batching import RolloutBatch, build_rollout_batch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.update import rl_update
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from passband.training.rl.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
+from passband.training.rl.algebra.mismatch import importance_weights, mismatch_kl, mismatch_stats, response_perplexity
 from passband.training.rl.config import RLAlgoConfig
 
 NAN = float("nan")
@@ -185,7 +185,7 @@ def test_extreme_log_ratios_give_finite_weights_and_metrics():
 
 
 def test_rejection_fractions_by_hand():
-    from passband.training.rl.mismatch import rejection_fractions
+    from passband.training.rl.algebra.mismatch import rejection_fractions
 
     # log rho per token: A 4 x +0.25 (product e^1 > 2, geometric mean e^0.25 > 1.001, each token < 2);
     # B +0.8, -0.8 (product 1, mean 1, but rho 2.23 > 2 and 0.45 < 1/2); C 3 x 1e-4 (inside every band)
@@ -201,7 +201,7 @@ def test_rejection_fractions_by_hand():
 
 
 def test_effective_sample_size_by_hand():
-    from passband.training.rl.mismatch import effective_sample_size
+    from passband.training.rl.algebra.mismatch import effective_sample_size
 
     # sequence log-weights 0, log 2, log 2 (spread over two tokens), and a row with no response tokens:
     # w = 1, 2, 2 -> (1 + 2 + 2)^2 / (3 * (1 + 4 + 4)) = 25 / 27

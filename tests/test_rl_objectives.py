@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from passband.training.rl.objectives import policy_loss
+from passband.training.rl.algebra.objectives import policy_loss
 
 
 def test_gspo_sequence_ratio_value_and_gradient():

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from passband.training.logprobs import response_logprobs
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.update import rl_update
 from passband.training.runtime.precision import autocast_for

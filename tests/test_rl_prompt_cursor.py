@@ -3,7 +3,7 @@ a draw split in two (as a resumed run does) equal to the same draw in one go."""
 
 import pytest
 
-from passband.training.rl.prompt_cursor import allocate_slots, draw_prompts, epoch_order
+from passband.training.rl.batches.prompt_cursor import allocate_slots, draw_prompts, epoch_order
 
 
 def test_equal_weights_round_robin_by_hand():

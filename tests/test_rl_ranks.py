@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from tiny_chat_model import VOCAB_SIZE, tiny_llama, tiny_tokenizer
 from passband.training.logprobs import response_logprobs
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
 from passband.training.rl.trainer import open_trainer

@@ -1,4 +1,4 @@
-"""Rollout records (training/rl/rollout_records.py): the fields of each, the group advantage as the
+"""Rollout records (training/rl/monitoring/rollout_records.py): the fields of each, the group advantage as the
 update computes it, and the per-task sample shown each iteration, on hand-made rollouts."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from passband.training.engines.protocol import Sample
-from passband.training.rl.rollout_records import (ROLLOUT_COLUMNS, iteration_sample, rollout_records,
+from passband.training.rl.monitoring.rollout_records import (ROLLOUT_COLUMNS, iteration_sample, rollout_records,
                                                   sample_markdown)
 
 

@@ -1,4 +1,4 @@
-"""Bounded staleness (rollout.max_off_policy_steps, training/rl/staleness.py, flows/rl_ahead.py).
+"""Bounded staleness (rollout.max_off_policy_steps, training/rl/batches/staleness.py, flows/rl_ahead.py).
 
 1. The schedule of weight versions, by hand.
 2. The rl flow at k=1 on the tiny digit model (fp32 hf engine and fp32 trainer, so the engine and
@@ -24,7 +24,7 @@ from passband.flows.rl import RLConfig, rl
 from passband.flows.rl_config import RolloutConfig
 from passband.tasks.artifacts.store import fetch_artifact
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.staleness import behaviour_version, check_staleness, off_policy_steps, versions_to_keep
+from passband.training.rl.batches.staleness import behaviour_version, check_staleness, off_policy_steps, versions_to_keep
 from test_flow_rl import digit_task
 
 
@@ -132,8 +132,8 @@ def test_in_flight_rollouts_round_trip_and_resume_checks():
     from passband.flows.rl_ahead import RolloutsAhead
     from passband.flows.rl_rollouts import Rollouts, ScoredGroup
     from passband.training.engines.protocol import Sample
-    from passband.training.rl.batching import RolloutBatch
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.batches.batching import RolloutBatch
+    from passband.training.rl.monitoring.timeline import Span
 
     samples = [Sample(0, i, [5, 6][: i + 1], "1" * (i + 1), [-0.5, -1.25][: i + 1], "stop", [1, 2]) for i in range(2)]
     batch = RolloutBatch([[1, 2]] * 2, [[5], [5, 6]], [[-0.5], [-0.5, -1.25]], [1.0, float("nan")], [True, False],

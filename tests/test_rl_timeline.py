@@ -1,8 +1,8 @@
-"""The RL loop's timeline (training/rl/timeline.py): sums by hand, the figure, the checkpointed state."""
+"""The RL loop's timeline (training/rl/monitoring/timeline.py): sums by hand, the figure, the checkpointed state."""
 
 import pytest
 
-from passband.training.rl.timeline import Span, busy_seconds, overlap_seconds, phase_seconds, timeline_markdown
+from passband.training.rl.monitoring.timeline import Span, busy_seconds, overlap_seconds, phase_seconds, timeline_markdown
 
 # rollouts sample 0-4 and 6-9 (score 4-5), the trainer trains 3-7 and publishes 7-8:
 # rollouts busy [0, 5] + [6, 9] = 8 s, trainer [3, 8] = 5 s, both busy [3, 5] + [6, 8] = 4 s

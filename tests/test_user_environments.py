@@ -15,7 +15,7 @@ from passband.flows.rl_rollouts import _episode_samples
 from passband.tasks.sampling.passrate_job import ShardSampling
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.setups import environment_source_version, load_environment
-from passband.training.rl.batching import build_rollout_batch
+from passband.training.rl.batches.batching import build_rollout_batch
 from tiny_chat_model import IM_END, tiny_tokenizer
 from user_environment_fixture import HINT
 

@@ -147,7 +147,7 @@ def engine_trainer_kl(
     """vllm_kl of sampled responses (docs/recipe.md section 5): mean over all response tokens of
     exp(d) - d - 1 with d = log p_trainer - log p_engine, the trainer being `model` at the
     engine's weights. Empty responses add no tokens."""
-    from passband.training.rl.mismatch import mismatch_kl
+    from passband.training.rl.algebra.mismatch import mismatch_kl
 
     trainer = sequence_logprobs(model, prompt_ids, response_ids, temperature, micro_batch_size)
     rows = [i for i, response in enumerate(response_ids) if response]

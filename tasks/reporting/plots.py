@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from passband.training.rl.timeline import Span
+    from passband.training.rl.monitoring.timeline import Span
 
 SUBPLOT_WIDTH_IN = 4.0
 SUBPLOT_HEIGHT_IN = 3.2
@@ -102,7 +102,7 @@ def entropy_ceiling_figure(history: list[tuple[float, float]]) -> Figure:
 
     from matplotlib.figure import Figure
 
-    from passband.training.rl.entropy_ceiling import fit_entropy_ceiling
+    from passband.training.rl.algebra.entropy_ceiling import fit_entropy_ceiling
 
     xs = [math.exp(h) for h, _ in history]
     rewards = [r for _, r in history]
@@ -120,7 +120,7 @@ def entropy_ceiling_figure(history: list[tuple[float, float]]) -> Figure:
 
 
 def timeline_figure(spans: list[Span]) -> Figure:
-    """One row per role of the RL loop (training/rl/timeline.py), a bar per span coloured by its
+    """One row per role of the RL loop (training/rl/monitoring/timeline.py), a bar per span coloured by its
     phase, x = seconds since the run's first span: where rollouts ran beside the update is where
     the rows overlap."""
     from matplotlib.figure import Figure

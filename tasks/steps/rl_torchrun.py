@@ -33,7 +33,7 @@ import yaml
 
 from passband.tasks.host.processes import terminate_group
 from passband.tasks.steps.sft_torchrun import ranks_env
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
 from passband.training.engines.config import EngineConfig

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from passband.tasks.artifacts.provenance import code_version
 from passband.tasks.artifacts.store import fetch_artifact, open_store
-from passband.training.rl.rollout_records import ROLLOUT_COLUMNS
+from passband.training.rl.monitoring.rollout_records import ROLLOUT_COLUMNS
 
 ROLLOUTS_TAG = "rollouts_uri"
 """The MLflow tag on an RL run naming its rollouts artifact (what `passband rollouts RUN` reads)."""

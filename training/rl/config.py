@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.lora.settings import RLLoraConfig
-from passband.training.rl.kl_rules import check_kl_placement, refuse_renamed_estimator
+from passband.training.rl.algebra.kl_rules import check_kl_placement, refuse_renamed_estimator
 from passband.training.runtime.schedule import lr_at
 from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
@@ -79,7 +79,7 @@ class RLAlgoConfig(BaseModel):
     dual_clip: float | None = Field(
         default=3.0, description="c of dual-clip PPO (Ye et al. 2020): for A < 0 the per-token objective is bounded "
         "below by c A, so a token the policy now likes c times more than pi_old did adds loss c |A| and no gradient "
-        "(training.rl.objectives.policy_loss); must be > 1; None: no bound but the exp clamp. With "
+        "(training.rl.algebra.objectives.policy_loss); must be > 1; None: no bound but the exp clamp. With "
         "behaviour_policy 'engine', or stale rollouts, pi_old is not theta_k, and a ratio far above 1 with A < 0 is "
         "otherwise bounded only there. It never binds on the demo: with the trainer as pi_old the first inner step's "
         "ratio is exactly 1, and the recipe preset's second inner step reached a ratio of 1.61 (docs/benchmarks.md, "
@@ -190,7 +190,7 @@ class RLAlgoConfig(BaseModel):
         "recomputes them with the trainer before the first inner step and corrects the mismatch with `correction`.",
     )
     correction: Literal["none", "token_tis", "token_mis", "seq_tis", "seq_mis", "geo_mis"] = Field(
-        default="seq_mis", description="Rollout correction weights rho = pi_trainer / pi_engine (see training.rl.mismatch)."
+        default="seq_mis", description="Rollout correction weights rho = pi_trainer / pi_engine (see training.rl.algebra.mismatch)."
     )
     correction_threshold: float = Field(
         default=2.0, ge=1, description="C (C_high) of the correction: the cap, or the upper bound of the acceptance range."
@@ -234,7 +234,7 @@ class RLAlgoConfig(BaseModel):
     kl_level: Literal["token", "sequence"] = Field(
         default="token", description="KL as a loss: 'sequence' = k(sum_t l_t) per response, mean over sequences (its "
         "expected gradient is the sequence reverse-KL gradient, like k1 in the reward; kl_coef is per response); "
-        "'token' = sum_t k(l_t) aggregated like the policy loss (a myopic per-prefix KL, see training.rl.kl)."
+        "'token' = sum_t k(l_t) aggregated like the policy loss (a myopic per-prefix KL, see training.rl.algebra.kl)."
     )
 
     # Entropy (docs/recipe.md section 7).

@@ -42,7 +42,7 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.ranks import shard_policy, unwrap
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference

@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from torch import Tensor
 
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.covariance import KL_COV_CLIP, kl_cov_penalty
-from passband.training.rl.kl import kl_loss
-from passband.training.rl.objectives import masked_aggregate, policy_loss
+from passband.training.rl.algebra.covariance import KL_COV_CLIP, kl_cov_penalty
+from passband.training.rl.algebra.kl import kl_loss
+from passband.training.rl.algebra.objectives import masked_aggregate, policy_loss
 
 
 @dataclass(frozen=True)

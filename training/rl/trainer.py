@@ -17,7 +17,7 @@ import torch
 
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.checkpoint import ADAPTER_FOLDER
-from passband.training.rl.timeline import Span
+from passband.training.rl.monitoring.timeline import Span
 
 
 @dataclass
@@ -38,7 +38,7 @@ class RLState:
     iteration: int = 0
     """Outer iterations completed."""
     consumed: dict[str, int] = field(default_factory=dict)
-    """Prompts drawn so far per task: the prompt cursor (training/rl/prompt_cursor.py)."""
+    """Prompts drawn so far per task: the prompt cursor (training/rl/batches/prompt_cursor.py)."""
     prompt_ids: list[str] = field(default_factory=list)
     """Problem ids of the last iteration's prompts (a resume test compares them)."""
     best: BestCheckpoint | None = None
@@ -47,16 +47,16 @@ class RLState:
     entropy_reward: list[tuple[float, float]] = field(default_factory=list)
     """(entropy, reward) per iteration: the history of the entropy-ceiling fit."""
     drift_history: list[dict[str, float]] = field(default_factory=list)
-    """The watched per-task series of every iteration (training/rl/drift.py): the drift alerts' history."""
+    """The watched per-task series of every iteration (training/rl/monitoring/drift.py): the drift alerts' history."""
     stopped_early: bool = False
     """The early-stop signal (the entropy ceiling or a drift alert) ended the run before num_iterations."""
     timeline: list[Span] = field(default_factory=list)
-    """What each role of the loop did when, over every process of the run (training/rl/timeline.py)."""
+    """What each role of the loop did when, over every process of the run (training/rl/monitoring/timeline.py)."""
     in_flight: list[dict[str, Any]] = field(default_factory=list)
     """With rollout.max_off_policy_steps k >= 1, the rollouts of iterations iteration+1 ..
     iteration+k, sampled before this checkpoint and not yet trained on ({"iteration": i} and
     flows/rl_rollouts.Rollouts.to_json): a resumed run trains on them rather than sampling them
-    anew with newer weights, so it repeats the uninterrupted run (training/rl/staleness.py)."""
+    anew with newer weights, so it repeats the uninterrupted run (training/rl/batches/staleness.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -55,18 +55,18 @@ from torch import Tensor
 
 from passband.training.heap import trim_heap
 from passband.training.logprobs import ResponseLogprobs, pad_rows, response_logprobs
-from passband.training.rl.advantages import group_advantages, zero_variance_groups
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.algebra.advantages import group_advantages, zero_variance_groups
+from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.lora.adapters import adapters_disabled
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.covariance import clip_cov_keep_mask, kl_cov_selection
-from passband.training.rl.entropy import entropy_from_hidden
-from passband.training.rl.kl import kl_reward_penalty
+from passband.training.rl.algebra.covariance import clip_cov_keep_mask, kl_cov_selection
+from passband.training.rl.algebra.entropy import entropy_from_hidden
+from passband.training.rl.algebra.kl import kl_reward_penalty
 from passband.training.rl.loss import LossInputs, LossSettings, compute_loss, loss_settings
-from passband.training.rl.mismatch import (effective_sample_size, importance_weights, mismatch_kl, mismatch_stats,
+from passband.training.rl.algebra.mismatch import (effective_sample_size, importance_weights, mismatch_kl, mismatch_stats,
                                            rejection_fractions, response_perplexity)
 from passband.training.rl.ranks import merge_rows, own_chunks, through_root
-from passband.training.rl.rollout_metrics import rollout_metrics
+from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
 from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
 from passband.training.runtime.distributed import full_norm

@@ -8,7 +8,7 @@ tokens. Values at masked positions are never read (they may be -inf or NaN paddi
 import torch
 from torch import Tensor
 
-from passband.training.rl.logratio import exp_ratio
+from passband.training.rl.algebra.logratio import exp_ratio
 
 AGGREGATIONS = ("token_mean", "seq_mean", "seq_sum")
 

@@ -13,7 +13,7 @@ Keys are `{task}/{name}`, plus the same names without a prefix for the whole bat
 
 from __future__ import annotations
 
-from passband.training.rl.batching import RolloutBatch
+from passband.training.rl.batches.batching import RolloutBatch
 
 PASS_REWARD = 1.0
 
@@ -50,7 +50,7 @@ def zero_variance_flags(batch: RolloutBatch) -> list[bool]:
     (docs/recipe.md section 4; dynamic sampling keeps the others)."""
     import torch
 
-    from passband.training.rl.advantages import zero_variance_groups
+    from passband.training.rl.algebra.advantages import zero_variance_groups
 
     rewards = torch.tensor(batch.rewards, dtype=torch.float32)
     return [bool(z) for z in zero_variance_groups(rewards, batch.group_size, torch.tensor(batch.valid))]

@@ -46,9 +46,9 @@ import math
 import torch
 from torch import Tensor
 
-from passband.training.rl.logratio import MAX_LOG_RATIO, exp_ratio
-from passband.training.rl.kl_rules import KL_ESTIMATORS, KL_LEVELS, check_kl_placement, refuse_renamed_estimator
-from passband.training.rl.objectives import masked_aggregate
+from passband.training.rl.algebra.logratio import MAX_LOG_RATIO, exp_ratio
+from passband.training.rl.algebra.kl_rules import KL_ESTIMATORS, KL_LEVELS, check_kl_placement, refuse_renamed_estimator
+from passband.training.rl.algebra.objectives import masked_aggregate
 
 
 

@@ -1,7 +1,7 @@
 """Which KL estimators, placements and levels exist and which pairs are allowed (docs/recipe.md section 6).
 
 Torch-free, so validating an RL config does not load torch; why each pair is refused or warned
-about is said in `training/rl/kl.py`'s docstring.
+about is said in `training/rl/algebra/kl.py`'s docstring.
 """
 
 import warnings

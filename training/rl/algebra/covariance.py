@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor
 
-from passband.training.rl.logratio import exp_ratio
+from passband.training.rl.algebra.logratio import exp_ratio
 
 # (clip_low, clip_high) for `policy_loss` under KL-Cov: the ratio is clamped to [0, inf), which
 # no ratio exp(...) > 0 ever leaves, so nothing is clipped.

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from passband.training.rl.advantages import group_advantages
+from passband.training.rl.algebra.advantages import group_advantages
 
 ROLLOUT_COLUMNS = ("iteration", "weight_version", "prompt_id", "task", "sample_index", "completion", "num_tokens",
                    "finish_reason", "reward", "score", "status", "detail", "valid", "advantage", "engine_logp_mean")
@@ -28,7 +28,7 @@ def rollout_records(iteration: int, weight_version: int, rows: list[dict[str, An
     `statuses`, `details` are the verifier's per prompt; `batch_rewards` and `batch_valid` the
     RolloutBatch's rows (valid: the rollout enters the gradient, else its `reward` is None: not a
     verdict, or truncated under reward.mask_truncated); `advantage` is the group advantage of those
-    rewards as the update computes it (training/rl/advantages.py; an in-reward KL penalty, when on,
+    rewards as the update computes it (training/rl/algebra/advantages.py; an in-reward KL penalty, when on,
     is subtracted later, in the update)."""
     group_size = len(samples[0]) if samples else 0
     rewards = torch.tensor([reward if ok else 0.0 for reward, ok in zip(batch_rewards, batch_valid)], dtype=torch.float32)

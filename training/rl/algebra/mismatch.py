@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-from passband.training.rl.logratio import MAX_LOG_RATIO, exp_ratio
+from passband.training.rl.algebra.logratio import MAX_LOG_RATIO, exp_ratio
 
 IMPORTANCE_MODES = ("none", "token_tis", "token_mis", "seq_tis", "seq_mis", "geo_mis")
 
