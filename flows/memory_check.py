@@ -70,7 +70,7 @@ def estimates(config: BaseModel, where: str = "", ask_hub: bool = False,
               target: Target | None = None) -> Iterator[Estimate | str]:
     """The estimate of every trainer in `config` (an RL or SFT config, or a pipeline holding them),
     or a line saying why one has none; on `target` where given (a trainer set to device cpu stays there)."""
-    from passband.flows.rl_config import RLConfig
+    from passband.flows.rl.config import RLConfig
     from passband.flows.sft import SFTConfig
 
     if isinstance(config, RLConfig):

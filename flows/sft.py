@@ -24,7 +24,7 @@ from passband.curation.suites.math_suite import AnswerFormat
 from passband.flows.config import Config
 from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
 from passband.tasks.stages.summary import RunSummary
-from passband.flows.eval_config import EvalConfig
+from passband.flows.evaluate.config import EvalConfig
 from passband.training.episodes.math_python import MathToolConfig
 from passband.training.runtime.config import DistributedConfig
 from passband.training.sft.config import StageConfig
@@ -171,7 +171,7 @@ class SFTConfig(Config):
 
     def _dataset_problem(self, name: str) -> str | None:
         """Why a stage's dataset name would not load when the stage starts, or None (a pipeline
-        reference is the pipeline's to check: flows/pipeline_refs.py)."""
+        reference is the pipeline's to check: flows/pipeline/refs.py)."""
         if name in self.built_in or name.startswith(("@", *ARTIFACT_SCHEMES)):
             return None
         if Path(name).suffix in (".jsonl", ".parquet"):

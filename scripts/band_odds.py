@@ -29,7 +29,7 @@ def main() -> None:
     from passband.curation.catalog import task
     from passband.curation.suites.rows import table_to_rows
     from passband.flows.config import resolve_config
-    from passband.flows.curate import CurateConfig, curate
+    from passband.flows.curate.flow import CurateConfig, curate
     from passband.tasks.artifacts.datasets import read_table
 
     preset = resolve_config(CurateConfig, "curate", args.preset)

@@ -30,7 +30,7 @@ def main() -> None:
     from mlflow import MlflowClient
 
     from passband.flows.config import resolve_config
-    from passband.flows.rl import RLConfig, rl
+    from passband.flows.rl.flow import RLConfig, rl
     from passband.tasks.reporting import tracking
 
     runs = {"off": [], "on": [f"dynamic_sampling={{max_rounds: {args.max_rounds}, oversample: {args.oversample}}}"]}

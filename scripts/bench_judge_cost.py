@@ -40,7 +40,7 @@ def main() -> None:
     from passband.curation.suites.math_suite import extraction_rule_for
     from passband.curation.verifiers.math import verify_math
     from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-    from passband.flows.rl import RewardConfig, RLConfig, rl
+    from passband.flows.rl.flow import RewardConfig, RLConfig, rl
     from passband.tasks.reporting import tracking
     from passband.training.judge.config import JudgeConfig
     from passband.training.rl.config import RLAlgoConfig

@@ -34,7 +34,7 @@ def main() -> None:
     from mlflow import MlflowClient
 
     from passband.flows.config import resolve_config
-    from passband.flows.rl import RLConfig, rl
+    from passband.flows.rl.flow import RLConfig, rl
     from passband.tasks.reporting import tracking
 
     base = [f"model={args.model}", f"num_iterations={args.iterations}", "eval=null", "checkpoint_every=0",

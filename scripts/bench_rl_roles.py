@@ -45,7 +45,7 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
 
     from passband.flows.config import resolve_config
-    from passband.flows.rl import RLConfig, rl
+    from passband.flows.rl.flow import RLConfig, rl
     from passband.stack.local import stop_services
     from passband.stack.task_workers import start_task_workers
     from passband.tasks.reporting import tracking

@@ -27,7 +27,7 @@ from pathlib import Path
 def timed_curate(model_dir: Path, args: argparse.Namespace, workers: str, seed: int) -> tuple[float, int, None]:
     """(wall seconds, problems sampled, None) of one curate run in the current PASSBAND_HOME."""
     from passband.flows.config import resolve_config
-    from passband.flows.curate import CurateConfig, curate
+    from passband.flows.curate.flow import CurateConfig, curate
 
     config = resolve_config(CurateConfig, "curate", args.preset, None,
                             [f"model={model_dir}", f"sampling.workers={workers}", "sft.enabled=false",
@@ -43,7 +43,7 @@ def timed_curate(model_dir: Path, args: argparse.Namespace, workers: str, seed: 
 def timed_evaluate(model_dir: Path, args: argparse.Namespace, workers: str, seed: int) -> tuple[float, int, list]:
     """(wall seconds, problems sampled, per-sample rows) of one evaluate run in the current PASSBAND_HOME."""
     from passband.flows.config import resolve_config
-    from passband.flows.evaluate import EvaluateConfig, evaluate
+    from passband.flows.evaluate.flow import EvaluateConfig, evaluate
     from passband.tasks.artifacts.datasets import read_table
 
     config = resolve_config(EvaluateConfig, "evaluate", args.preset, None,

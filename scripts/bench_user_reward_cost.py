@@ -119,7 +119,7 @@ def rl_config(rewards: dict, iterations: int):
     """The RL smoke preset's math pool and sizes (flows/presets/rl/smoke.yaml), rewarded by `rewards`."""
     from passband.curation.catalog import VerifierSettings
     from passband.flows.common_config import ProblemSource, SamplingConfig
-    from passband.flows.rl import RewardConfig, RLConfig
+    from passband.flows.rl.flow import RewardConfig, RLConfig
     from passband.training.rl.config import RLAlgoConfig
 
     source = ProblemSource(suite="math", num_problems=32, difficulty=0, answer_format="plain")
@@ -132,7 +132,7 @@ def run_metrics(config) -> tuple[str, dict[str, float]]:
     """(MLflow run id, mean seconds/iteration and seconds/scoring) of one RL run of `config`."""
     from mlflow import MlflowClient
 
-    from passband.flows.rl import rl
+    from passband.flows.rl.flow import rl
     from passband.tasks.reporting import tracking
 
     summary = rl(config)

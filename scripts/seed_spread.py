@@ -48,7 +48,7 @@ def main() -> None:
     prepare_environment()  # before Prefect is imported: it reads its settings (the server's startup timeout) once
 
     from passband.flows.config import resolve_config
-    from passband.flows.pipeline import PipelineConfig, pipeline
+    from passband.flows.pipeline.flow import PipelineConfig, pipeline
     from passband.training.evaluation.claims import check_claims
     from passband.training.evaluation.results import CHECKPOINTS, headline_scores
     from passband.training.evaluation.spread import seed_spread, spread_markdown

@@ -46,8 +46,8 @@ def main() -> None:
 
     import numpy as np
     from passband.flows.config import resolve_config
-    from passband.flows.evaluate import EvaluateConfig, evaluate
-    from passband.flows.pipeline import PipelineConfig, evaluate_config, pipeline
+    from passband.flows.evaluate.flow import EvaluateConfig, evaluate
+    from passband.flows.pipeline.flow import PipelineConfig, evaluate_config, pipeline
     from passband.training.evaluation.intervals import difference_interval
 
     start = time.perf_counter()

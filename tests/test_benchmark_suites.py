@@ -16,7 +16,7 @@ from passband.curation.catalog import TASKS
 from passband.curation.suites.benchmarks import BENCHMARKS
 from passband.curation.suites.source import ProblemSource
 from passband.curation.verifiers.ifeval_checks import CHECKERS
-from passband.flows.eval_config import EvalConfig
+from passband.flows.evaluate.config import EvalConfig
 
 BOXED = " Put the final answer in \\boxed{}."
 
@@ -226,7 +226,7 @@ def test_mbpp_runs_the_asserts_after_the_function(hub) -> None:
 def test_gpu_presets_name_the_public_benchmarks() -> None:
     from passband.cli.main import load_flow
     from passband.flows.config import resolve_config
-    from passband.flows.rl_config import RLConfig
+    from passband.flows.rl.config import RLConfig
 
     evaluate = resolve_config(load_flow("evaluate")[1], "evaluate", "gpu")
     assert {name: source.suite for name, source in evaluate.suites.items()

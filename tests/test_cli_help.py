@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from passband.cli.main import main
 from passband.flows.config import resolve_config
-from passband.flows.rl import RLConfig
+from passband.flows.rl.flow import RLConfig
 
 
 def test_set_example_in_help_resolves():

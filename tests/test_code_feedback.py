@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from episode_fixtures import ScriptedPolicy
 from passband.curation.catalog.code import CODE
-from passband.flows.rl_config import RLConfig
-from passband.flows.rl_rollouts import _episode_samples
+from passband.flows.rl.config import RLConfig
+from passband.flows.rl.rollouts import _episode_samples
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.code_feedback import (CodeFeedbackConfig, CodeFeedbackEnvironment,
                                                       CodeFeedbackSettings)
@@ -86,7 +86,7 @@ def test_episode_rollouts_in_flight_survive_a_checkpoint():
     and trained on after a resume: episode rollouts come back whole, the loss mask on the sampled turns included."""
     import json
 
-    from passband.flows.rl_rollouts import Rollouts, ScoredGroup
+    from passband.flows.rl.rollouts import Rollouts, ScoredGroup
 
     tokenizer = tiny_tokenizer()
     policy = ScriptedPolicy({}, default=[list(WRONG.encode()) + [IM_END], list(RIGHT.encode()) + [IM_END]])

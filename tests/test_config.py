@@ -44,8 +44,8 @@ def test_a_partial_nested_config_keeps_what_its_parent_chose() -> None:
     """RL's engine default sets kv_cache_gib="batch" and in_process=True over EngineConfig's class
     defaults (2.0 and False); overriding another engine field must keep both, here and through
     the pipeline, whose `rl` holds the same default."""
-    from passband.flows.pipeline import PipelineConfig
-    from passband.flows.rl_config import RLConfig
+    from passband.flows.pipeline.flow import PipelineConfig
+    from passband.flows.rl.config import RLConfig
 
     rl = resolve_config(RLConfig, "rl", None, None, ["engine.release_weights_while_training=false"])
     assert (rl.engine.kv_cache_gib, rl.engine.in_process, rl.engine.release_weights_while_training) == \
@@ -61,7 +61,7 @@ def test_a_partial_nested_config_keeps_what_its_parent_chose() -> None:
 def test_prefect_parameters_keep_what_a_nested_default_chose() -> None:
     """A run started from the Prefect UI or API validates its JSON parameters through Prefect, not
     resolve_config: a partial `engine` there must keep RL's choices too."""
-    from passband.flows.rl import rl
+    from passband.flows.rl.flow import rl
 
     parameters = rl.validate_parameters({"config": {"engine": {"release_weights_while_training": False},
                                                     "algo": {"micro_batch_size": 4}}})
@@ -79,7 +79,7 @@ def test_bad_values_name_the_field() -> None:
     with pytest.raises(ConfigError, match=r"engine\.kind"):
         resolve_config(SampleConfig, "sample", None, None, ["engine.kind=tgi"])
     # a union (str | ProblemSource) names the key, not pydantic's union members
-    from passband.flows.rl_config import RLConfig
+    from passband.flows.rl.config import RLConfig
 
     with pytest.raises(ConfigError) as error:
         resolve_config(RLConfig, "rl", None, None, ["datasets.math.num_problems=0"])
@@ -112,9 +112,9 @@ def test_recipe_presets_carry_the_published_settings():
     pipeline's recipe preset repeats rl/recipe and curate/recipe and must not drift from them."""
     import warnings
 
-    from passband.flows.curate import CurateConfig
-    from passband.flows.pipeline import PipelineConfig
-    from passband.flows.rl import RLConfig
+    from passband.flows.curate.flow import CurateConfig
+    from passband.flows.pipeline.flow import PipelineConfig
+    from passband.flows.rl.flow import RLConfig
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the recipe does not warn about itself (scripts/sequence_clip.py)

@@ -10,10 +10,10 @@ import pytest
 
 from passband.curation.catalog import TASKS
 from passband.flows.config import ConfigError, resolve_config
-from passband.flows.eval_config import EvalConfig, check_answer_format
-from passband.flows.evaluate import EvaluateConfig
-from passband.flows.pipeline import PipelineConfig
-from passband.flows.rl_config import RLConfig
+from passband.flows.evaluate.config import EvalConfig, check_answer_format
+from passband.flows.evaluate.flow import EvaluateConfig
+from passband.flows.pipeline.flow import PipelineConfig
+from passband.flows.rl.config import RLConfig
 from passband.flows.sft import SFTConfig
 from passband.training.engines import SamplingConfig
 
@@ -81,7 +81,7 @@ def test_the_answer_format_check_is_written_once_and_names_the_setting():
                for path in (ROOT / folder).rglob("*.py")]
     writers = [path.relative_to(ROOT).as_posix() for path in sources
                if ".answer_format for " in path.read_text() and "asked" in path.read_text()]
-    assert writers == ["flows/eval_config.py"]
+    assert writers == ["flows/evaluate/config.py"]
     assert "check_answer_format(" in inspect.getsource(RLConfig)
     with pytest.raises(ConfigError, match=r"math suites ask for \['boxed'\] but verifiers\.math\.answer_format is 'plain'"):
         resolve_config(RLConfig, "rl", "smoke", None, ["eval.suites.math.answer_format=boxed"])

@@ -187,7 +187,7 @@ def test_an_empty_map_still_clears_and_a_uri_still_replaces() -> None:
 def test_a_removed_entry_stays_removed_through_prefect_parameters_and_pipeline_stages() -> None:
     """Prefect validates a run's JSON parameters, and the pipeline each stage's dump, without the
     CLI's layering: a map there is taken as given, so a removed entry does not come back."""
-    from passband.flows.rl import rl
+    from passband.flows.rl.flow import rl
 
     config = resolve("rl", None, "datasets.code=null", "eval.suites.ifeval=null")
     parameters = rl.validate_parameters({"config": config.model_dump(mode="json")})["config"]

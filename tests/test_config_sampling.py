@@ -7,10 +7,10 @@ by hand: equal settings give equal shard keys, hence equal shard seeds and equal
 import pytest
 
 from passband.flows.config import ConfigError, config_class, entry_class, resolve_config
-from passband.flows.curate_config import CurateConfig
-from passband.flows.evaluate import EvaluateConfig
-from passband.flows.pipeline import PipelineConfig
-from passband.flows.rl_config import RLConfig
+from passband.flows.curate.config import CurateConfig
+from passband.flows.evaluate.flow import EvaluateConfig
+from passband.flows.pipeline.flow import PipelineConfig
+from passband.flows.rl.config import RLConfig
 from passband.flows.sample import SampleConfig
 from passband.flows.sft import SFTConfig
 from passband.tasks.sampling.passrate_job import ShardJob, ShardSampling

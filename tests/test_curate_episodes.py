@@ -15,8 +15,8 @@ import torch
 from episode_fixtures import ScriptedPolicy
 from passband.curation.catalog import VerifierSettings
 from passband.curation.curate_rows import sft_table
-from passband.flows.curate_sft import _rollout_traces
-from passband.flows.curate_config import CurateConfig
+from passband.flows.curate.sft import _rollout_traces
+from passband.flows.curate.config import CurateConfig
 from passband.tasks.sampling.keys import sources_version
 from passband.tasks.sampling.passrate_job import ShardSampling, sample_shard
 from passband.training.engines.config import SamplingConfig

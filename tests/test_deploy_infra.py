@@ -109,7 +109,7 @@ def test_every_flow_has_a_demo_deployment_on_the_process_pool_and_a_gpu_one_on_t
     assert placed == expected
     # a pipeline stage placed on a pool needs exactly one deployment of its flow there (tasks/stages/placement.py)
     assert len(spec["deployments"]) == len(placed)
-    (pipeline,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/pipeline.py:pipeline" and d["name"] == "demo"]
+    (pipeline,) = [d for d in spec["deployments"] if d["entrypoint"] == "flows/pipeline/flow.py:pipeline" and d["name"] == "demo"]
     assert pipeline["schedules"] == [{"cron": "0 3 * * 1", "timezone": "UTC", "active": False}]
     assert [p["type"] for p in spec["work_pools"]] == ["process", "kubernetes"]
 

@@ -234,8 +234,8 @@ def test_the_rules_catch_what_they_should(tmp_path: Path, monkeypatch) -> None:
     assert cited_symbols("ENGINES.scope(), ENGINES.engine") == ["ENGINES.scope", "ENGINES.engine"]
     assert symbol_problem("training/rl/algebra/kl.py", "kl_reward_penalty") is None
     assert symbol_problem("training/rl/config.py", "RLAlgoConfig._check") is None
-    assert symbol_problem("flows/rl_config.py", "TASKS") == (
-        "flows/rl_config.py defines no 'TASKS' (def, class or assignment)")  # imported there, defined elsewhere
+    assert symbol_problem("flows/rl/config.py", "TASKS") == (
+        "flows/rl/config.py defines no 'TASKS' (def, class or assignment)")  # imported there, defined elsewhere
     assert symbol_problem("training/rl/config.py", "RLAlgoConfig.nope") == (
         "class RLAlgoConfig in training/rl/config.py defines no 'nope'")
     assert config_problem("RLAlgoConfig.clip_low") is None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from passband.cli.config_reference import COMMAND, anchor, render_reference
 from passband.flows.sft import SFTConfig
-from passband.flows.curate_config import SFTSelectionConfig
+from passband.flows.curate.config import SFTSelectionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,6 +38,6 @@ def test_no_two_config_classes_share_a_name() -> None:
     classes = reachable(list(flow_configs().values()))
     names = [cls.__name__ for cls in classes]
     assert sorted({name for name in names if names.count(name) > 1}) == []
-    assert (anchor(SFTConfig), anchor(SFTSelectionConfig)) == ("flows-sft-sftconfig", "flows-curate_config-sftselectionconfig")
+    assert (anchor(SFTConfig), anchor(SFTSelectionConfig)) == ("flows-sft-sftconfig", "flows-curate-config-sftselectionconfig")
     text = render_reference()
     assert text.count("### SFTConfig (") == 1 and text.count("### SFTSelectionConfig (") == 1

@@ -20,7 +20,7 @@ from passband.curation.holdout import hold_out
 from passband.curation.suites.loaders import load_rows
 from passband.cli.main import main
 from passband.flows.config import resolve_config
-from passband.flows.pipeline import PipelineConfig
+from passband.flows.pipeline.flow import PipelineConfig
 from passband.training.sft.sources import read_chat_rows
 from doc_blocks import fenced_blocks
 

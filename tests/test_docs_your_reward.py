@@ -24,7 +24,7 @@ from passband.cli.main import main
 from passband.curation.catalog.reward_server import RewardServerConfig, RewardServerUnreachable
 from passband.curation.catalog.user import verify_user_groups
 from passband.flows.config import resolve_config
-from passband.flows.rl import RLConfig
+from passband.flows.rl.flow import RLConfig
 from passband.training.judge.score import score_groups
 from user_package import block, forget_user_code, install_user_package
 
@@ -150,7 +150,7 @@ def verify_server_line(port: int) -> None:
 
 
 def test_the_curate_config_of_a_task_of_yours(page_home: Path) -> None:
-    from passband.flows.curate_config import CurateConfig
+    from passband.flows.curate.config import CurateConfig
 
     config = resolve_config(CurateConfig, "curate", config_files=Path("my-curate.yaml"))
     (pool,) = config.pools().values()

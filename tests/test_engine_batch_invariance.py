@@ -74,7 +74,7 @@ def test_split_kv_attention_is_what_made_fp32_depend_on_the_batch(smollm2_dir: P
 def test_the_pass_rate_shard_key_holds_split_kv_only_when_on():
     """The default's keys (and so the shards' seeds) stay those stored shards were made with; an engine
     whose samples depend on the batch (split KV on) samples and stores shards of its own."""
-    from passband.flows.curate_config import CurateConfig
+    from passband.flows.curate.config import CurateConfig
 
     default = CurateConfig()
     split = CurateConfig(engine=EngineConfig(split_kv_attention=True))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from passband.flows.curate_config import CurateConfig
+from passband.flows.curate.config import CurateConfig
 from passband.training.engines import EngineConfig
 
 

@@ -48,7 +48,7 @@ def test_rollout_cache_uses_the_longest_rendered_prompt(smollm2_config):
 
 
 def test_batch_is_a_setting_only_the_rl_flow_resolves():
-    from passband.flows.rl_config import RLConfig
+    from passband.flows.rl.config import RLConfig
     from passband.training.engines.vllm_engine import VLLMEngine
 
     assert RLConfig().engine.kv_cache_gib == "batch"

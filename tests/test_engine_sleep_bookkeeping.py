@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from passband.flows import rl_loop
+from passband.flows.rl.flow import loop as rl_loop
 from passband.flows.config import resolve_config
-from passband.flows.rl_config import RLConfig
+from passband.flows.rl.config import RLConfig
 
 
 class RecordingEngine:
@@ -31,7 +31,7 @@ class RecordingEngine:
 
 def test_the_engine_sleeps_through_the_update_and_wakes_for_the_sync(monkeypatch, tmp_path: Path) -> None:
     calls: list[str] = []
-    monkeypatch.setattr("passband.flows.rl_rollouts.collect_rollouts",
+    monkeypatch.setattr("passband.flows.rl.rollouts.collect_rollouts",
                         lambda *args, **kwargs: calls.append("rollouts") or "the batch")
     monkeypatch.setattr("passband.tasks.steps.rl.push_weights", lambda *args, **kwargs: calls.append("push_weights"))
     config = resolve_config(RLConfig, "rl", "demo", (), [])

@@ -74,7 +74,7 @@ def test_a_claim_on_a_set_the_table_lacks_fails_loudly(table: dict[str, float]) 
 
 
 def test_the_pipeline_checks_claimed_sets_when_the_config_is_read() -> None:
-    from passband.flows.pipeline import PipelineConfig
+    from passband.flows.pipeline.flow import PipelineConfig
 
     evaluate = {"suites": {}, "datasets": {"math": "file:///m", "code": "file:///c"}}
     PipelineConfig(evaluate=evaluate, claims={"rl_gains": ["math", "code"]})

@@ -7,7 +7,8 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from passband.flows import rl_loop, sft
+from passband.flows.rl.flow import loop as rl_loop
+from passband.flows import sft
 from passband.tasks.reporting import tracking
 from passband.tasks.steps.evaluation import log_evaluation
 from passband.training.evaluation.evaluate import evaluation_of

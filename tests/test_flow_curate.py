@@ -82,7 +82,7 @@ def test_shards_resume_after_a_crash_and_are_reused(harness, smollm2_dir, tmp_pa
 
 
 def _tiny_config(model_dir, **overrides):
-    from passband.flows.curate import CurateConfig
+    from passband.flows.curate.flow import CurateConfig
 
     pool = {"num_problems": 5, "seed": 1}
     return CurateConfig.model_validate({
@@ -102,7 +102,7 @@ def _tiny_config(model_dir, **overrides):
 
 @pytest.fixture(scope="module")
 def flow_runs(harness, smollm2_dir, tmp_path_factory):
-    from passband.flows.curate import curate
+    from passband.flows.curate.flow import curate
 
     home = tmp_path_factory.mktemp("curate-home")
     with pytest.MonkeyPatch.context() as patch:
@@ -186,7 +186,7 @@ def test_forced_rerun_samples_nothing_and_cached_rerun_returns_the_summary(flow_
 
 def test_a_run_whose_every_rl_set_is_empty_ends_partial_and_says_why(harness, smollm2_dir, tmp_path, monkeypatch):
     """One sample per problem makes every pass rate 0 or 1, so the open band (0, 1) holds nothing."""
-    from passband.flows.curate import curate
+    from passband.flows.curate.flow import curate
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "home"))
     pool = {"num_problems": 4, "seed": 1}

@@ -21,7 +21,7 @@ from prefect.testing.utilities import prefect_test_harness
 from passband.curation.catalog import VerifierSettings
 from passband.curation.suites.rows import rows_to_table
 from passband.flows.common_config import ProblemSource
-from passband.flows.evaluate import EvaluateConfig
+from passband.flows.evaluate.flow import EvaluateConfig
 from passband.tasks.steps.evaluation import eval_sets_from
 from passband.training.engines import EngineConfig, SamplingConfig, open_engine
 from passband.training.evaluation.evaluate import evaluate, evaluation_of
@@ -266,7 +266,7 @@ def test_the_k_curve_subset_supplies_the_evaluations_samples_of_its_problems(eva
     keyed prompt alone from its key's seed), in the sets' order."""
     from prefect import flow
 
-    from passband.flows.evaluate import _sample
+    from passband.flows.evaluate.flow import _sample
     from passband.training.engines.keeper import ENGINES
 
     config = EvaluateConfig(engine={"kind": "hf", "seed": 0}, sampling={"n": N, "temperature": 1.0, "max_tokens": 24,

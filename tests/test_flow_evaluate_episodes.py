@@ -18,7 +18,7 @@ def harness():
 
 
 def _config(model_dir, **updates):
-    from passband.flows.evaluate import EvaluateConfig
+    from passband.flows.evaluate.flow import EvaluateConfig
 
     return EvaluateConfig.model_validate({
         # the engine in its own process (evaluate's default): an in-process vLLM cannot start in a pytest
@@ -31,7 +31,7 @@ def _config(model_dir, **updates):
 
 
 def test_code_sets_evaluate_as_feedback_episodes(harness, smollm2_dir, tmp_path, monkeypatch):
-    from passband.flows.evaluate import evaluate
+    from passband.flows.evaluate.flow import evaluate
     from passband.tasks.artifacts.datasets import read_table
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))

@@ -12,7 +12,7 @@ from prefect.testing.utilities import prefect_test_harness
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 
 import passband.tasks.stages.cache
-from passband.flows.pipeline import PipelineConfig, _sft_held_out, bind_refs, pipeline
+from passband.flows.pipeline.flow import PipelineConfig, _sft_held_out, bind_refs, pipeline
 from passband.training.engines.hf_engine import HFEngine
 
 ENGINE = {"kind": "hf"}

@@ -15,8 +15,8 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.flows.rl import RewardConfig, RLConfig, rl
-from passband.flows.eval_config import EvalConfig
+from passband.flows.rl.flow import RewardConfig, RLConfig, rl
+from passband.flows.evaluate.config import EvalConfig
 from passband.tasks.artifacts.store import fetch_artifact
 from tiny_chat_model import tiny_llama, tiny_tokenizer
 from passband.training.chat import encode_sft_example

@@ -9,7 +9,7 @@ import pytest
 from mlflow import MlflowClient
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.flows.rl import RewardConfig, RLConfig, rl
+from passband.flows.rl.flow import RewardConfig, RLConfig, rl
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from test_flow_rl import TRAIN_PROMPTS, _digit_model, _rows_file, harness  # noqa: F401  (harness: a fixture)

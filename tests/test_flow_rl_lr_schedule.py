@@ -4,7 +4,7 @@ the step is the optimizer's own count, which the checkpoint keeps."""
 import torch
 from test_flow_rl import _state, _tiny_config, _weights, digit_task, harness  # noqa: F401  (harness: a fixture)
 
-from passband.flows.rl import rl
+from passband.flows.rl.flow import rl
 
 
 def _warmup_config(tmp_path, **overrides):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from passband.flows.rl import rl
+from passband.flows.rl.flow import rl
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.runtime.config import DistributedConfig
 from test_flow_rl import EVAL_PROMPTS, TRAIN_PROMPTS, _digit_model, _rows_file, _state, _tiny_config, _weights, harness  # noqa: F401

@@ -24,8 +24,8 @@ from prefect.testing.utilities import prefect_test_harness
 from passband.curation.catalog import VerifierSettings
 from passband.curation.catalog.reward_server import RewardServerConfig, RewardServerUnreachable
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.flows.eval_config import EvalConfig
-from passband.flows.rl import RewardConfig, RLConfig, rl
+from passband.flows.evaluate.config import EvalConfig
+from passband.flows.rl.flow import RewardConfig, RLConfig, rl
 from passband.tasks.steps.rollouts_log import ROLLOUTS_TAG, read_rollouts
 from passband.training.rl.config import RLAlgoConfig
 from test_flow_rl import EVAL_PROMPTS, TRAIN_PROMPTS, _digit_model

@@ -20,7 +20,7 @@ from prefect.testing.utilities import prefect_test_harness
 import passband.tasks.stages.cache
 from passband.cli.main import main
 from passband.curation.catalog.reward_function import USER_DEFAULT_BAND
-from passband.flows.pipeline import PipelineConfig, pipeline
+from passband.flows.pipeline.flow import PipelineConfig, pipeline
 from passband.tasks.artifacts.datasets import read_table
 from test_flow_rl import EVAL_PROMPTS, TRAIN_PROMPTS, _digit_model
 from user_package import forget_user_code, install_user_package

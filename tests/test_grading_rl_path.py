@@ -3,7 +3,7 @@ defect check, and the flow's rollout scoring rewards analyses with the grading v
 
 from passband.curation.grading.analyses import worked_analysis
 from passband.flows.config import resolve_config
-from passband.flows.rl import RLConfig
+from passband.flows.rl.flow import RLConfig
 from passband.tasks.steps.rl import score_rollouts
 from passband.training.engines.protocol import Sample
 

@@ -5,8 +5,8 @@ import pytest
 from pydantic import ValidationError
 
 from passband.flows.config import resolve_config
-from passband.flows.evaluate import EvaluateConfig
-from passband.flows.rl import RLConfig
+from passband.flows.evaluate.flow import EvaluateConfig
+from passband.flows.rl.flow import RLConfig
 
 
 def test_no_judge_leaves_the_dumps_unchanged():

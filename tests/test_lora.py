@@ -150,7 +150,7 @@ def test_checkpoint_holds_merged_weights_and_resumes_the_adapters_exactly(tmp_pa
 
 
 def test_lora_on_ranks_and_adapters_on_the_hf_engine_are_refused_in_one_line():
-    from passband.flows.rl_config import RLConfig
+    from passband.flows.rl.config import RLConfig
     from passband.flows.sft import SFTConfig
 
     with pytest.raises(ValueError, match="algo.lora trains in the flow's own process, not on torchrun ranks"):

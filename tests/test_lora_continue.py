@@ -59,7 +59,7 @@ def test_continuing_a_mismatched_or_missing_adapter_is_refused_in_one_line(tmp_p
 
 
 def test_pipeline_hands_rl_the_sft_adapter_only_when_sft_trains_one_alike():
-    from passband.flows.pipeline import PipelineConfig
+    from passband.flows.pipeline.flow import PipelineConfig
 
     rl = {"algo": {"lora": {"rank": 4, "start": "continue"}}}
     with pytest.raises(ValueError, match=r"SFT's last stage \(\w+\) needs lora with RL's rank, alpha and target_modules"):
@@ -83,7 +83,7 @@ def test_rl_run_continues_the_adapter_of_an_rl_lora_checkpoint(harness, tmp_path
     continued run's engine samples from the policy it trains (vllm_kl ~ 0, though the checkpoint moved away
     from the base), and its checkpoint's adapter names the digit model as its base, not the first run's."""
     digit_task(tmp_path, monkeypatch, "test-rl-lora-continue")
-    from passband.flows.rl import rl
+    from passband.flows.rl.flow import rl
 
     def with_lora(config, lora, **fields):
         data = config.model_dump()

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from passband.cli.main import load_flow, main
 from passband.flows.config import resolve_config
-from passband.flows.rl_config import RLConfig
+from passband.flows.rl.config import RLConfig
 from passband.flows.memory_check import Estimate, Target, estimates
 from passband.training.engines.config import EngineConfig
 from passband.training.memory_model import GIB

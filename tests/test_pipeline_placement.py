@@ -20,7 +20,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from passband.flows.pipeline import PipelineConfig
+from passband.flows.pipeline.flow import PipelineConfig
 from test_deploy import PASSBAND, api, local_stack  # noqa: F401  (local_stack is a fixture)
 from test_flow_pipeline import tiny_config
 from tiny_chat_model import tiny_llama, tiny_tokenizer

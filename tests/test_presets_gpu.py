@@ -69,7 +69,7 @@ def test_cpu_engine_defaults_are_the_demos() -> None:
 def test_rl_gpu_lora_preset_trains_adapters_of_a_7b_model_in_one_process() -> None:
     """flows/presets/rl/gpu-lora.yaml: rl/gpu's mix with adapters on a 7-8B model, colocated with the engine,
     which serves each version's adapter; its lr 10x rl/gpu's full-parameter one (the anchor's RL finding)."""
-    from passband.flows.rl_config import RLConfig
+    from passband.flows.rl.config import RLConfig
 
     full, lora = (resolve_config(RLConfig, "rl", preset) for preset in ("gpu", "gpu-lora"))
     assert lora.model == "Qwen/Qwen2.5-7B-Instruct" and lora.datasets == full.datasets
@@ -81,7 +81,7 @@ def test_rl_gpu_lora_preset_trains_adapters_of_a_7b_model_in_one_process() -> No
 
 def test_pipeline_gpu_lora_preset_adapts_every_training_stage() -> None:
     """flows/presets/pipeline/gpu-lora.yaml: pipeline/gpu with a 7-8B model, SFT's stages and RL on adapters."""
-    from passband.flows.pipeline import PipelineConfig
+    from passband.flows.pipeline.flow import PipelineConfig
 
     full, lora = (resolve_config(PipelineConfig, "pipeline", preset) for preset in ("gpu", "gpu-lora"))
     assert lora.model == "Qwen/Qwen2.5-7B-Instruct" and lora.rl.model == lora.sft.model == lora.model

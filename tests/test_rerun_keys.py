@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from passband.curation.catalog import VerifierSettings
-from passband.flows.curate_config import CurateConfig
+from passband.flows.curate.config import CurateConfig
 from passband.tasks.sampling.eval_shards import eval_shard_jobs
 from passband.tasks.stages.cache import machine_choices, stage_key
 from passband.training.engines import EngineConfig, SamplingConfig

@@ -6,8 +6,8 @@ import pytest
 
 import passband.tasks.reporting.prefect_artifacts as prefect_artifacts
 import passband.tasks.reporting.tracking as tracking
-from passband.flows.rl_config import DriftConfig
-from passband.flows.rl_loop import DriftWatch
+from passband.flows.rl.config import DriftConfig
+from passband.flows.rl.loop import DriftWatch
 from passband.training.rl.monitoring.drift import DriftAlert, drift_alerts, drift_series
 from passband.training.rl.trainer import RLState
 

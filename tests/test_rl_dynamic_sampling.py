@@ -1,4 +1,4 @@
-"""Dynamic sampling (training/rl/batches/dynamic_sampling.py, flows/rl_rollouts.py): the pool's bookkeeping
+"""Dynamic sampling (training/rl/batches/dynamic_sampling.py, flows/rl/rollouts.py): the pool's bookkeeping
 by hand, then the rl flow on test_flow_rl.py's tiny digit model (it answers "1" or "2" about half
 each, so some groups of 4 agree and carry no signal)."""
 
@@ -9,7 +9,7 @@ import torch
 from prefect.testing.utilities import prefect_test_harness
 from test_flow_rl import EVAL_PROMPTS, TRAIN_PROMPTS, _digit_model, _rows_file, _state, _tiny_config, _weights
 
-from passband.flows.rl import rl
+from passband.flows.rl.flow import rl
 from passband.training.rl.batches.dynamic_sampling import (ROUND_SEED_STRIDE, DynamicSamplingConfig, GroupPool,
                                                    round_prompts, round_seed)
 

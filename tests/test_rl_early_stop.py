@@ -1,4 +1,4 @@
-"""The RL loop's early stop (flows/rl_loop.py: EarlyStop): history kept in RLState, fit metrics, the flag."""
+"""The RL loop's early stop (flows/rl/loop.py: EarlyStop): history kept in RLState, fit metrics, the flag."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from passband.flows.rl_loop import EarlyStop
-from passband.flows.rl_config import EarlyStopConfig, RLConfig
+from passband.flows.rl.loop import EarlyStop
+from passband.flows.rl.config import EarlyStopConfig, RLConfig
 from passband.training.rl.trainer import RLState
 
 # R = 0.9 - 0.15 exp(H) exactly, entropy falling: the ceiling is 0.75.

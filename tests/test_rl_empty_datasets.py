@@ -40,7 +40,7 @@ def test_an_empty_task_is_left_out_and_named_with_the_run_that_wrote_it(empty_ur
 def test_every_dataset_empty_is_one_line_before_the_trainer_or_engine_opens(empty_uri, smollm2_dir, monkeypatch):
     import passband.tasks.steps.rl as rl_tasks
     import passband.tasks.steps.rollout as rollout
-    from passband.flows.rl import RLConfig, rl
+    from passband.flows.rl.flow import RLConfig, rl
     from passband.training.engines import EngineConfig
 
     opened = []

@@ -26,8 +26,8 @@ from mlflow import MlflowClient
 from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
-from passband.flows.rl import rl
-from passband.flows.rl_config import RolloutConfig
+from passband.flows.rl.flow import rl
+from passband.flows.rl.config import RolloutConfig
 from passband.stack.local import stop_services
 from passband.stack.task_workers import start_task_workers
 from passband.tasks.sampling.rollout_workers import shard_bounds

@@ -1,4 +1,4 @@
-"""Bounded staleness (rollout.max_off_policy_steps, training/rl/batches/staleness.py, flows/rl_ahead.py).
+"""Bounded staleness (rollout.max_off_policy_steps, training/rl/batches/staleness.py, flows/rl/ahead.py).
 
 1. The schedule of weight versions, by hand.
 2. The rl flow at k=1 on the tiny digit model (fp32 hf engine and fp32 trainer, so the engine and
@@ -19,9 +19,9 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
-from passband.flows.eval_config import EvalConfig
-from passband.flows.rl import RLConfig, rl
-from passband.flows.rl_config import RolloutConfig
+from passband.flows.evaluate.config import EvalConfig
+from passband.flows.rl.flow import RLConfig, rl
+from passband.flows.rl.config import RolloutConfig
 from passband.tasks.artifacts.store import fetch_artifact
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.batches.staleness import behaviour_version, check_staleness, off_policy_steps, versions_to_keep
@@ -129,8 +129,8 @@ def _same_weights(first_run, second_run) -> bool:
 def test_in_flight_rollouts_round_trip_and_resume_checks():
     from concurrent.futures import Future
 
-    from passband.flows.rl_ahead import RolloutsAhead
-    from passband.flows.rl_rollouts import Rollouts, ScoredGroup
+    from passband.flows.rl.ahead import RolloutsAhead
+    from passband.flows.rl.rollouts import Rollouts, ScoredGroup
     from passband.training.engines.protocol import Sample
     from passband.training.rl.batches.batching import RolloutBatch
     from passband.training.rl.monitoring.timeline import Span

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from episode_fixtures import ScriptedPolicy
-from passband.flows.rl_config import RLConfig
+from passband.flows.rl.config import RLConfig
 from passband.curation.catalog.math import MATH
-from passband.flows.rl_rollouts import _episode_samples
+from passband.flows.rl.rollouts import _episode_samples
 from passband.training.rl.batches.batching import build_rollout_batch
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.math_python import MathPythonSettings, MathToolConfig

@@ -3,7 +3,7 @@
 
 import pytest
 
-from passband.flows.curate_config import CurateConfig
+from passband.flows.curate.config import CurateConfig
 from passband.stack.task_workers import device_env
 from passband.tasks.sampling.claim import claimant, claimed_run_name, worker_id
 from passband.tasks.sampling.passrate_job import sample_shard_job

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from passband.curation.suites import loaders
 from passband.curation.suites.source import ProblemSource
 from passband.flows.config import ConfigError, resolve_config
-from passband.flows.rl_config import RLConfig
+from passband.flows.rl.config import RLConfig
 
 
 def _rows_file(path: Path, count: int) -> Path:

@@ -48,7 +48,7 @@ def server(tmp_path_factory):
 
 def _smoke(model_dir: Path, workers: str):
     from passband.flows.config import resolve_config
-    from passband.flows.curate import CurateConfig
+    from passband.flows.curate.flow import CurateConfig
 
     return resolve_config(CurateConfig, "curate", "smoke", None,
                           [f"model={model_dir}", f"sampling.workers={workers}"])
@@ -71,7 +71,7 @@ def _pass_rates(summary_metrics: dict) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def in_process(server, smollm2_dir, tmp_path_factory):
     """The reference: the smoke run with the flow's own engine."""
-    from passband.flows.curate import curate
+    from passband.flows.curate.flow import curate
 
     home = tmp_path_factory.mktemp("home-local")
     with pytest.MonkeyPatch.context() as patch:
@@ -93,7 +93,7 @@ def _task_runs(name_prefix: str, after: float):
 
 
 def test_two_task_workers_match_the_in_process_run(server, in_process, smollm2_dir, tmp_path, monkeypatch):
-    from passband.flows.curate import curate
+    from passband.flows.curate.flow import curate
 
     local_home, local = in_process
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
@@ -171,7 +171,7 @@ def _host() -> str:
 
 
 def _evaluate_config(model_dir: Path, workers: str, **updates):
-    from passband.flows.evaluate import EvaluateConfig
+    from passband.flows.evaluate.flow import EvaluateConfig
 
     return EvaluateConfig.model_validate({
         "model": str(model_dir),
@@ -191,7 +191,7 @@ def _eval_samples(summary) -> list[dict]:
 
 
 def test_evaluation_on_two_task_workers_matches_the_in_process_one(server, smollm2_dir, tmp_path, monkeypatch):
-    from passband.flows.evaluate import evaluate
+    from passband.flows.evaluate.flow import evaluate
 
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path / "local"))
     local = evaluate(_evaluate_config(smollm2_dir, "local"))

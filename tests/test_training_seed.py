@@ -15,7 +15,7 @@ from tiny_chat_model import tiny_llama, tiny_tokenizer
 
 import passband.training.sft.sampler as sft_sampler
 from passband.flows.config import resolve_config
-from passband.flows.pipeline import PipelineConfig, pipeline, with_training_seed
+from passband.flows.pipeline.flow import PipelineConfig, pipeline, with_training_seed
 from passband.tasks.artifacts.datasets import read_table
 from passband.training.engines.hf_engine import HFEngine
 

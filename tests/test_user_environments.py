@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from episode_fixtures import ScriptedPolicy
-from passband.flows.curate_config import CurateConfig
-from passband.flows.evaluate import EvaluateConfig
-from passband.flows.rl_config import RLConfig
-from passband.flows.rl_rollouts import _episode_samples
+from passband.flows.curate.config import CurateConfig
+from passband.flows.evaluate.flow import EvaluateConfig
+from passband.flows.rl.config import RLConfig
+from passband.flows.rl.rollouts import _episode_samples
 from passband.tasks.sampling.passrate_job import ShardSampling
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.setups import environment_source_version, load_environment

@@ -19,9 +19,9 @@ from passband.curation.passrate import summarize_attempts
 from passband.curation.rl_selection import rl_bands
 from passband.curation.sft_select import select_sft
 from passband.curation.synthetic import attach_samples
-from passband.flows.curate import _rl_sets
-from passband.flows.curate_config import CurateConfig
-from passband.flows.curate_sft import _with_verdicts
+from passband.flows.curate.flow import _rl_sets
+from passband.flows.curate.config import CurateConfig
+from passband.flows.curate.sft import _with_verdicts
 from user_package import forget_user_code, install_user_package
 
 # four problems, four samples each: 0, 1, 2 and 4 of them say the capital (the page's rule: the last

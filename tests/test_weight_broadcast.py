@@ -132,7 +132,7 @@ def test_a_failed_send_fails_the_round_without_waiting_on_the_engine():
 
 
 def test_the_settings_it_needs_are_named():
-    from passband.flows.rl_config import RLConfig, RolloutConfig
+    from passband.flows.rl.config import RLConfig, RolloutConfig
     from passband.training.engines.config import EngineConfig
     from passband.training.runtime.config import DistributedConfig
 

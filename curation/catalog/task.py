@@ -23,7 +23,7 @@ class Options(BaseModel):
 
 class EvalDefaults(Options):
     """The held-out evaluation a task gets when a flow names no suite of its own (the default sets
-    and sampling of flows/eval_config.py: EvalConfig, which the evaluate flow, SFT and RL share)."""
+    and sampling of flows/evaluate/config.py: EvalConfig, which the evaluate flow, SFT and RL share)."""
 
     num_problems: int = Field(ge=1)
     """Problems in the held-out suite."""

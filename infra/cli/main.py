@@ -13,11 +13,11 @@ import click
 # flow name -> "module:function" and its config class; one entry point per flow.
 FLOWS = {
     "sample": ("passband.flows.sample", "sample", "SampleConfig"),
-    "curate": ("passband.flows.curate", "curate", "CurateConfig"),
+    "curate": ("passband.flows.curate.flow", "curate", "CurateConfig"),
     "sft": ("passband.flows.sft", "sft", "SFTConfig"),
-    "rl": ("passband.flows.rl", "rl", "RLConfig"),
-    "evaluate": ("passband.flows.evaluate", "evaluate", "EvaluateConfig"),
-    "pipeline": ("passband.flows.pipeline", "pipeline", "PipelineConfig"),
+    "rl": ("passband.flows.rl.flow", "rl", "RLConfig"),
+    "evaluate": ("passband.flows.evaluate.flow", "evaluate", "EvaluateConfig"),
+    "pipeline": ("passband.flows.pipeline.flow", "pipeline", "PipelineConfig"),
 }
 
 

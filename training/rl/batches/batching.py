@@ -93,7 +93,7 @@ def build_rollout_batch(
     invalid (docs/recipe.md section 4: a truncated output is unparsable, whatever the verifier extracted).
     temperature: the sampling temperature of the samples (RolloutBatch.temperature).
     invalid_reward: what a row without a verdict becomes: 'mask' invalid (out of the gradient), 'zero' a
-    valid row with reward 0, marked in RolloutBatch.unscored (flows.rl_config.RewardConfig.invalid_reward).
+    valid row with reward 0, marked in RolloutBatch.unscored (flows.rl.config.RewardConfig.invalid_reward).
     """
     if not (len(samples_per_prompt) == len(rewards) == len(valid) == len(tasks)):
         raise ValueError(

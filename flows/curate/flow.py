@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from prefect import flow, get_run_logger
 
-from passband.flows.curate_config import CurateConfig
+from passband.flows.curate.config import CurateConfig
 from passband.tasks.stages.summary import RunSummary
 
 if TYPE_CHECKING:
-    from passband.flows.curate_sft import Sampler
+    from passband.flows.curate.sft import Sampler
     from passband.tasks.sampling.passrate_job import ShardSampling
 
 __all__ = ["CurateConfig", "curate"]
@@ -34,7 +34,7 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     from passband.curation.curate_rows import removed_metrics
     from passband.curation.hygiene import clean_pool
     from passband.curation.rl_selection import rl_funnel
-    from passband.flows.curate_sft import build_sft_sets, open_sampler
+    from passband.flows.curate.sft import build_sft_sets, open_sampler
     from passband.tasks.reporting import tracking
     from passband.tasks.stages.stage import stage_run
 

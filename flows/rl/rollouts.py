@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from passband.flows.rl_config import RLConfig
+from passband.flows.rl.config import RLConfig
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.training.engines import RolloutEngine, Sample, SamplingConfig

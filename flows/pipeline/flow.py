@@ -21,9 +21,9 @@ from prefect import flow
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from passband.flows.config import Config, dump_with_removed_entries
-from passband.flows.curate import CurateConfig
-from passband.flows.evaluate import EvaluateConfig
-from passband.flows.rl_config import RLConfig
+from passband.flows.curate.flow import CurateConfig
+from passband.flows.evaluate.flow import EvaluateConfig
+from passband.flows.rl.config import RLConfig
 from passband.flows.sft import SFTConfig
 from passband.tasks.stages.summary import RunSummary
 from passband.training.evaluation.claims import ClaimsConfig
@@ -131,7 +131,7 @@ class PipelineConfig(Config):
 
     @model_validator(mode="after")
     def _references_bind(self) -> PipelineConfig:
-        from passband.flows.pipeline_refs import reference_problems
+        from passband.flows.pipeline.refs import reference_problems
 
         problems = reference_problems(self)
         if problems:
@@ -235,7 +235,7 @@ def _lineage(outputs: dict[str, dict[str, str]]) -> dict[str, str]:
 def _evaluate_checkpoints(config: PipelineConfig, outputs: dict[str, dict[str, str]], checkpoints: dict[str, str],
                           run_id: str) -> dict[str, RunSummary]:
     """The evaluate stage once per checkpoint (base first: the others reuse its samples as their baseline)."""
-    from passband.flows.evaluate import evaluate
+    from passband.flows.evaluate.flow import evaluate
     from passband.training.engines.keeper import ENGINES
 
     evaluations: dict[str, RunSummary] = {}
@@ -266,8 +266,8 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
 
     from prefect.logging import get_run_logger
 
-    from passband.flows.curate import curate
-    from passband.flows.rl import rl
+    from passband.flows.curate.flow import curate
+    from passband.flows.rl.flow import rl
     from passband.flows.sft import sft
     from passband.tasks.reporting import tracking
     from passband.tasks.reporting.prefect_artifacts import publish_markdown, publish_table

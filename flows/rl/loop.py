@@ -1,6 +1,6 @@
 """The parts of the `rl` flow's loop, each owning its schedule (torchtitan's `should_save(step)`,
 `should_evaluate(step)`): one outer iteration, the held-out evaluator, the checkpointer and the
-early stop. The flow (flows/rl.py) composes them; the rules of when are `training/rl/schedule.py`'s.
+early stop. The flow (flows/rl/flow.py) composes them; the rules of when are `training/rl/schedule.py`'s.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from passband.flows.rl_config import DriftConfig, EarlyStopConfig, RLConfig
-from passband.flows.rl_rollouts import iteration_seed
+from passband.flows.rl.config import DriftConfig, EarlyStopConfig, RLConfig
+from passband.flows.rl.rollouts import iteration_seed
 from passband.training.rl.schedule import RLSchedule
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
-    from passband.flows.rl_ahead import RolloutsAhead
-    from passband.flows.rl_rollouts import Rollouts
+    from passband.flows.rl.ahead import RolloutsAhead
+    from passband.flows.rl.rollouts import Rollouts
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.engines import RolloutEngine
     from passband.training.rl.monitoring.timeline import Span
@@ -96,7 +96,7 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
     ranks published theirs with the update), broadcast by the ranks into the engine (weights by
     NCCL), loaded from the ranks' published version, or pushed into the engine in place; the
     trainer's span of it and the version folder this process published (None: it published none)."""
-    from passband.flows.rl_ahead import publish_update
+    from passband.flows.rl.ahead import publish_update
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.monitoring.timeline import Span
@@ -124,7 +124,7 @@ def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, proble
     """The iteration's rollouts: from the thread ahead, or sampled now by the engine, which then
     drops its packed weights until the sync rebuilds them (they would only sit beside the trainer)
     and, with sleep mode on (CUDA), sleeps until the sync: the update has the GPU to itself."""
-    from passband.flows.rl_rollouts import collect_rollouts
+    from passband.flows.rl.rollouts import collect_rollouts
 
     if ahead is not None:
         return ahead.take(iteration)
@@ -202,7 +202,7 @@ class Evaluator:
         return metrics
 
     def _headline(self, label: str, step: int, state: RLState) -> dict[str, float]:
-        from passband.flows.rl_ahead import VersionedEngine
+        from passband.flows.rl.ahead import VersionedEngine
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
         from passband.training.episodes.setups import episode_setups
         from passband.training.rl.monitoring.timeline import Span

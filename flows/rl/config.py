@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from passband.curation.catalog import TASKS, TaskName, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
-from passband.flows.eval_config import EvalConfig, check_answer_format
+from passband.flows.evaluate.config import EvalConfig, check_answer_format
 from passband.tasks.sampling.dispatch import RolloutWorkersConfig
 from passband.training.episodes.code_feedback import CodeFeedbackConfig
 from passband.training.episodes.math_python import MathToolConfig
@@ -102,7 +102,7 @@ class RolloutConfig(RolloutWorkersConfig):
 
     max_off_policy_steps: int = Field(0, ge=0)
     """k: sample iteration i's rollouts with the weights of k updates ago (v<i-1-k>), on a thread
-    that keeps them coming while the trainer updates (flows/rl_ahead.py; training/rl/batches/staleness.py).
+    that keeps them coming while the trainer updates (flows/rl/ahead.py; training/rl/batches/staleness.py).
     0: the synchronous loop (sample, train, sync), same numbers as before the setting existed.
     The trainer recomputes pi_old, and the mismatch correction (`algo.correction`) sees the
     staleness in rho; the engine keeps its weights while the trainer runs

@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from passband.flows.curate_config import CurateConfig
+    from passband.flows.curate.config import CurateConfig
     from passband.flows.sft import SFTConfig
 
 STAGE_ORDER = ("curate", "sft", "recurate", "rl", "evaluate")
 
 
 def curate_outputs(config: CurateConfig, with_sft: bool) -> set[str]:
-    """What a curate run of `config` commits (flows/curate.py): an eval split and an RL set per
+    """What a curate run of `config` commits (flows/curate/flow.py): an eval split and an RL set per
     enabled task, the SFT stage sets when its SFT half is on, and the removed rows."""
     tasks = config.pools()
     sft = {"sft_stage1", "sft_stage2"} if with_sft and config.sft.enabled else set()

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from prefect import flow
 
-from passband.flows.rl_config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig
-from passband.flows.rl_loop import (Checkpointer, DriftWatch, EarlyStop, Evaluator, RolloutLog, iteration_line,
+from passband.flows.rl.config import RUN_CONTROL_FIELDS, RewardConfig, RLConfig
+from passband.flows.rl.loop import (Checkpointer, DriftWatch, EarlyStop, Evaluator, RolloutLog, iteration_line,
                                     run_iteration, schedule_of)
 from passband.tasks.stages.summary import RunSummary
 from passband.training.engines import EngineConfig
@@ -146,13 +146,13 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
 def _rollouts_ahead(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, list[dict]], judges: dict,
                     scratch: Path) -> Iterator[Any]:
     """With rollout.max_off_policy_steps >= 1, the thread that samples ahead of the trainer
-    (flows/rl_ahead.py), the start weights published as their version for it (by the torchrun
+    (flows/rl/ahead.py), the start weights published as their version for it (by the torchrun
     ranks, under their root, when they train) and the resumed checkpoint's in-flight rollouts
     queued; else None."""
     if not config.rollout.max_off_policy_steps:
         yield None
         return
-    from passband.flows.rl_ahead import RolloutsAhead, VersionedEngine, publish_update
+    from passband.flows.rl.ahead import RolloutsAhead, VersionedEngine, publish_update
     from passband.tasks.steps.rl_torchrun import RanksTrainer
 
     # the engine holds the start weights; an evaluation may load them again after a newer version

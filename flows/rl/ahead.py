@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from passband.flows.rl_config import RLConfig
-from passband.flows.rl_rollouts import iteration_seed
+from passband.flows.rl.config import RLConfig
+from passband.flows.rl.rollouts import iteration_seed
 from passband.training.rl.batches.staleness import behaviour_version, check_staleness, versions_to_keep
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
-    from passband.flows.rl_rollouts import Rollouts
+    from passband.flows.rl.rollouts import Rollouts
     from passband.training.engines import RolloutEngine
     from passband.training.rl.monitoring.timeline import Span
 
@@ -115,7 +115,7 @@ class RolloutsAhead:
 
     def resume(self, in_flight: list[dict[str, Any]]) -> None:
         """Take a checkpoint's in-flight rollouts as collected: the next iterations train on them."""
-        from passband.flows.rl_rollouts import Rollouts
+        from passband.flows.rl.rollouts import Rollouts
 
         iterations = [item["iteration"] for item in in_flight]
         expected = list(range(self.resumed_at + 1, self.resumed_at + 1 + len(in_flight)))
@@ -138,7 +138,7 @@ class RolloutsAhead:
         return self.executor.submit(context.run, self._collect, iteration, version, seed, previous)
 
     def _collect(self, iteration: int, version: int, seed: int, previous: Future | None) -> Rollouts:
-        from passband.flows.rl_rollouts import collect_rollouts
+        from passband.flows.rl.rollouts import collect_rollouts
 
         consumed = previous.result().consumed if previous is not None else self.consumed
         with self.engine.at(version) as engine:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefect import get_run_logger
 
-from passband.flows.curate_config import CurateConfig
+from passband.flows.curate.config import CurateConfig
 
 if TYPE_CHECKING:
     from passband.tasks.sampling.passrate_job import ShardSampling

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from prefect import flow
 
 from passband.flows.common_config import EngineConfig, SamplingConfig
-from passband.flows.eval_config import EvalConfig
+from passband.flows.evaluate.config import EvalConfig
 from passband.tasks.sampling.eval_shards import EvalShardsConfig
 from passband.training.evaluation.k_curve import KCurveConfig
 from passband.tasks.stages.summary import RunSummary

@@ -1,0 +1,1 @@
+"""The `curate` flow (flow.py), its config, and its SFT half (sft.py)."""

@@ -1,0 +1,1 @@
+"""The `pipeline` flow (flow.py) and its `@stage.output` references (refs.py)."""
