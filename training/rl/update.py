@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -67,6 +68,7 @@ from passband.training.rl.algebra.mismatch import (effective_sample_size, import
                                            rejection_fractions, response_perplexity)
 from passband.training.rl.ranks import merge_rows, own_chunks, through_root
 from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
+from passband.training.rl.update_metrics import BatchMetrics, StepsMetrics, ThetaKMetrics, UpdateMetrics, summarize_steps
 from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
 from passband.training.runtime.distributed import full_norm
@@ -346,16 +348,6 @@ def _set_scheduled_lr(optimizer: torch.optim.Optimizer, params: list[Tensor], cf
         group["lr"] = cfg.lr * cfg.lr_factor(step)
 
 
-def _summarize_steps(steps: list[dict[str, float]]) -> dict[str, float]:
-    """Last-step values under the plain names, means over steps as `_mean`; ratio extremes over all steps."""
-    summary = {name: value for name, value in steps[-1].items()}
-    for name in ("loss", "grad_norm", "clip_frac_low", "clip_frac_high", "clip_frac", "ratio_mean"):
-        summary[f"{name}_mean"] = sum(step[name] for step in steps) / len(steps)
-    summary["ratio_max"] = max(step["ratio_max"] for step in steps)
-    summary["ratio_min"] = min(step["ratio_min"] for step in steps)
-    return summary
-
-
 def rl_update(
     model: torch.nn.Module,
     ref_model: torch.nn.Module | None,
@@ -367,53 +359,148 @@ def rl_update(
     """Train `model` in place on `batch` for cfg.num_inner_steps optimizer steps; return metrics.
 
     ref_model: the frozen reference policy, required when cfg.kl_coef > 0. generator: seeds
-    Clip-Cov's random choice. Returns python floats: the per-task rollout metrics of
-    `rollout_metrics`; vllm_kl (valid rows), vllm_kl_all (every row with response tokens:
-    truncated and unparsable outputs are where the mismatch grows), trainer_ppl, entropy (nats,
-    mean over valid response tokens), mismatch_* (`mismatch_stats` of the correction);
-    zero_variance_group_frac, advantages_std, num_dropped_groups, num_train_sequences,
-    num_train_tokens (the loss's normalizers: skipped rows included); num_skipped_rows and
-    num_skipped_tokens (response tokens), the trained rows not forwarded in the inner steps because
-    their gradient is exactly 0 (cfg.skip_zero_gradient_rows; 0 when off). vllm_kl, vllm_kl_all,
-    trainer_ppl, entropy, mismatch_* and kl_ref_k1 still cover every (valid) row: a skipped row is
-    scored at theta_k without gradient, as the unskipped update would have scored it. Per inner step, the
-    last step's loss, policy_loss, kl_loss / kl_cov_loss
-    (when those terms exist), grad_norm (before clipping), clip_frac_low/high and clip_frac
-    (per token, or per sequence at level 'sequence'), ratio_mean, with `_mean` over steps, and
-    ratio_max/min over steps: the clip and ratio metrics cover the rows forwarded in the steps (not
-    the skipped ones, whose ratio at the step's theta is never computed; they cannot clip, A = 0); lr, train_tokens_per_s, seconds; skipped = 1.0 when no step was
-    taken (vllm_kl above cfg.max_vllm_kl, or no response token to train on). With cfg.trim_heap,
-    the heap the update freed (its activations) goes back to the OS before returning.
+    Clip-Cov's random choice. Returns python floats, `UpdateMetrics.as_dict()` (training/rl/update_metrics.py
+    says what each is). With cfg.trim_heap, the heap the update freed (its activations) goes back to the OS
+    before returning.
     """
     metrics = _update(model, ref_model, optimizer, batch, cfg, generator)
     if cfg.trim_heap:
         trim_heap()
-    return metrics
+    return metrics.as_dict()
 
 
-def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer: torch.optim.Optimizer,
-            batch: RolloutBatch, cfg: RLAlgoConfig, generator: torch.Generator | None) -> dict[str, float]:
-    """`rl_update` without the heap trim."""
-    start = time.perf_counter()
-    if cfg.kl_coef > 0 and ref_model is None:
-        raise ValueError(f"kl_coef={cfg.kl_coef} needs a ref_model (the frozen reference policy)")
-    metrics = rollout_metrics(batch)
-    device = model.lm_head.weight.device
-    precision = resolve_precision(cfg.precision, device)
+@dataclass(frozen=True)
+class _Rows:
+    """The batch on the trainer's device: the engine's log-probs and the masks `[B, T]`, and which rows have
+    response tokens, valid or not."""
+
+    engine_logp: Tensor
+    response_mask: Tensor
+    valid: Tensor  # [B] bool
+    valid_mask: Tensor  # [B, T] response tokens of valid rows
+    valid_rows: list[int]
+    invalid_rows: list[int]
+
+    @property
+    def width(self) -> int:
+        return self.response_mask.shape[1]
+
+
+def _rows(batch: RolloutBatch, device: torch.device) -> _Rows:
     engine_logp, response_mask = (t.to(device) for t in pad_rows(batch.engine_logp, torch.float32))
     if batch.loss_mask is not None:  # multi-turn: the environment's tokens are context only, never trained on
         response_mask = response_mask * pad_rows(batch.loss_mask, torch.float32)[0].to(device)
-    width = response_mask.shape[1]
     scored_rows = [i for i in range(batch.num_rows) if batch.response_ids[i]]
-    valid_rows = [i for i in scored_rows if batch.valid[i]]
     valid = torch.tensor(batch.valid, dtype=torch.bool).to(device)
-    valid_mask = response_mask * valid[:, None]  # [B, T] response tokens of valid rows
-    invalid_rows = [i for i in scored_rows if not batch.valid[i]]
+    return _Rows(engine_logp=engine_logp, response_mask=response_mask, valid=valid,
+                 valid_mask=response_mask * valid[:, None], valid_rows=[i for i in scored_rows if batch.valid[i]],
+                 invalid_rows=[i for i in scored_rows if not batch.valid[i]])
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Phase 2: the advantages `[B]` and which rows train, in which micro-batches."""
+
+    advantages: Tensor
+    train_mask: Tensor  # [B, T] response tokens of the trained rows (valid rows of kept groups)
+    rows: list[int]  # trained: the normalizers (tokens, sequences) are theirs, skipped rows included
+    live: list[int]  # trained rows with gradient
+    zero: list[int]  # trained rows whose gradient is exactly 0 (`_zero_gradient_rows`)
+    skipped: list[int]  # the zero rows the inner steps do not forward (cfg.skip_zero_gradient_rows)
+    untrained: list[int]  # valid rows of dropped groups: scored for the metrics only
+    step_chunks: list[list[int]]
+    metrics: BatchMetrics
+
+
+def _score_reference(model: torch.nn.Module, ref_model: torch.nn.Module | None, batch: RolloutBatch, rows: _Rows,
+                     cfg: RLAlgoConfig, precision: Precision) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Phase 1, what the advantages need: the reference's log-probs when KL is on (ref_logp, None when off), and
+    with KL in the reward theta_k's log-probs and entropy of every valid row, scored first in one part (never
+    fused). Returns (ref_logp, trainer_logp, entropy), each `[B, width]` or None."""
+    ref_logp = None
+    if cfg.kl_coef > 0:
+        with adapters_disabled(ref_model):  # with LoRA the reference is the policy's own frozen base
+            ref_logp, _ = _scoring_pass(ref_model, batch, _micro_batches(batch, rows.valid_rows, cfg.micro_batch_size),
+                                        rows.width, cfg, False, precision)
+    if cfg.kl_coef > 0 and cfg.kl_placement == "reward":
+        return (ref_logp, *_score_rows(model, batch, [rows.valid_rows], rows.invalid_rows, rows.width, cfg, precision))
+    return ref_logp, None, None
+
+
+def _plan(batch: RolloutBatch, rows: _Rows, cfg: RLAlgoConfig, trainer_logp: Tensor | None,
+          ref_logp: Tensor | None) -> _Plan:
+    """Phase 2: advantages, and the rows to train. Zero-variance groups are counted on the verifier's rewards
+    (the task signal) and dropped, when asked, by the rewards the advantages use (KL-shaped ones differ)."""
+    device, valid = rows.valid.device, rows.valid
+    rewards = torch.tensor(batch.rewards, dtype=torch.float32).to(device)
+    num_groups = batch.num_rows // batch.group_size
+    zero_variance_frac = float(zero_variance_groups(rewards, batch.group_size, valid).sum()) / num_groups
+    advantages, rewards = advantages_with_kl(rewards, valid, batch.group_size, cfg, trainer_logp, ref_logp,
+                                             rows.valid_mask)
+    penalty_mean = None
+    if ref_logp is not None and cfg.kl_placement == "reward":
+        shaping = torch.tensor(batch.rewards).to(device) - rewards
+        penalty_mean = float(shaping[valid].mean()) if bool(valid.any()) else 0.0
+    dropped = torch.zeros(num_groups, dtype=torch.bool, device=device)
+    if cfg.drop_zero_variance_groups:
+        dropped = zero_variance_groups(rewards, batch.group_size, valid)
+    is_dropped = dropped.tolist()  # one read of the device, not one per row
+    trained = [i for i in rows.valid_rows if not is_dropped[i // batch.group_size]]
+    kept = torch.zeros(batch.num_rows, dtype=torch.bool, device=device)
+    kept[torch.tensor(trained, dtype=torch.long).to(device)] = True
+    train_mask = rows.response_mask * kept[:, None]
+    # Trained rows with gradient (`live`) and without (`zero`), chunked apart whether or not the
+    # latter are skipped, so skipping them changes no other micro-batch. They stay in `train_mask`:
+    # the normalizers (tokens, sequences) are the whole batch's.
+    zero = _zero_gradient_rows(cfg, trained, advantages)
+    live = [i for i in trained if i not in set(zero)]
+    skipped = zero if cfg.skip_zero_gradient_rows else []
+    step_chunks = _chunks(batch, [live] if cfg.skip_zero_gradient_rows else [live, zero], cfg.micro_batch_size)
+    in_training = set(trained)
+    metrics = BatchMetrics(
+        zero_variance_group_frac=zero_variance_frac, kl_reward_penalty_mean=penalty_mean,
+        advantages_std=float(advantages[valid].std()) if int(valid.sum()) > 1 else 0.0,
+        num_dropped_groups=float(dropped.sum()), num_train_sequences=float(len(trained)),
+        num_train_tokens=float(train_mask.sum()), num_skipped_rows=float(len(skipped)),
+        num_skipped_tokens=float(sum(len(batch.response_ids[i]) for i in skipped)),
+    )
+    return _Plan(advantages=advantages, train_mask=train_mask, rows=trained, live=live, zero=zero, skipped=skipped,
+                 untrained=[i for i in rows.valid_rows if i not in in_training], step_chunks=step_chunks,
+                 metrics=metrics)
+
+
+def _theta_k_metrics(rows: _Rows, trainer_logp: Tensor, entropy: Tensor, ref_logp: Tensor | None,
+                     correction: Tensor, cfg: RLAlgoConfig) -> ThetaKMetrics:
+    """theta_k's view of the batch: the mismatch with the engine, perplexity, entropy, KL to the reference."""
+    engine_logp, valid_mask = rows.engine_logp, rows.valid_mask
+    num_valid_tokens = valid_mask.sum().clamp(min=1)
+    return ThetaKMetrics(
+        vllm_kl=mismatch_kl(trainer_logp, engine_logp, valid_mask),
+        vllm_kl_all=mismatch_kl(trainer_logp, engine_logp, rows.response_mask),
+        mismatch_ess=effective_sample_size(trainer_logp, engine_logp, valid_mask),
+        trainer_ppl=response_perplexity(trainer_logp, valid_mask),
+        entropy=float((entropy * valid_mask).sum() / num_valid_tokens),
+        mismatch=mismatch_stats(trainer_logp, engine_logp, valid_mask, correction),
+        would_reject=rejection_fractions(trainer_logp, engine_logp, valid_mask, cfg.rejection_bounds()),
+        kl_ref_k1=float(((trainer_logp - ref_logp) * valid_mask).sum() / num_valid_tokens)
+        if ref_logp is not None else None,
+    )
+
+
+def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer: torch.optim.Optimizer,
+            batch: RolloutBatch, cfg: RLAlgoConfig, generator: torch.Generator | None) -> UpdateMetrics:
+    """`rl_update` without the heap trim: score, advantages, steps (the module docstring's order of work)."""
+    start = time.perf_counter()
+    if cfg.kl_coef > 0 and ref_model is None:
+        raise ValueError(f"kl_coef={cfg.kl_coef} needs a ref_model (the frozen reference policy)")
+    rollouts = rollout_metrics(batch)
+    precision = resolve_precision(cfg.precision, model.lm_head.weight.device)
+    rows = _rows(batch, model.lm_head.weight.device)
     threshold, threshold_low = cfg.correction_bounds()
-    fused = _fuses_scoring(cfg)
 
     def correction_of(trainer_logp: Tensor) -> Tensor:
-        return importance_weights(trainer_logp, engine_logp, valid_mask, cfg.correction, threshold, threshold_low)
+        return importance_weights(trainer_logp, rows.engine_logp, rows.valid_mask, cfg.correction, threshold,
+                                  threshold_low)
 
     # 1. theta_k's view of the batch (no grad), over EVERY row with response tokens: invalid rows
     # get no gradient, but their mismatch is measured (vllm_kl_all). They are scored in a pass of
@@ -423,53 +510,14 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
     # sit). KL in the reward needs every row's log-probs for the advantages, so it scores first, in one
     # part. Fused (module docstring): the rows to be trained are scored by the first step's own forward.
     def score(parts: list[list[int]]) -> tuple[Tensor, Tensor]:
-        return _score_rows(model, batch, parts, invalid_rows, width, cfg, precision)
+        return _score_rows(model, batch, parts, rows.invalid_rows, rows.width, cfg, precision)
 
-    ref_logp = None
-    if cfg.kl_coef > 0:
-        with adapters_disabled(ref_model):  # with LoRA the reference is the policy's own frozen base
-            ref_logp, _ = _scoring_pass(ref_model, batch, _micro_batches(batch, valid_rows, cfg.micro_batch_size),
-                                        width, cfg, False, precision)
-    trainer_logp, entropy = None, None  # from the step's forward when fused
-    if cfg.kl_coef > 0 and cfg.kl_placement == "reward":  # never fused
-        trainer_logp, entropy = score([valid_rows])
-
-    # 2. Advantages. Zero-variance groups are counted on the verifier's rewards (the task
-    # signal) and dropped, when asked, by the rewards the advantages use (KL-shaped ones differ).
-    rewards = torch.tensor(batch.rewards, dtype=torch.float32).to(device)
-    num_groups = batch.num_rows // batch.group_size
-    metrics["zero_variance_group_frac"] = float(zero_variance_groups(rewards, batch.group_size, valid).sum()) / num_groups
-    advantages, rewards = advantages_with_kl(rewards, valid, batch.group_size, cfg, trainer_logp, ref_logp, valid_mask)
-    if ref_logp is not None and cfg.kl_placement == "reward":
-        shaping = torch.tensor(batch.rewards).to(device) - rewards
-        metrics["kl_reward_penalty_mean"] = float(shaping[valid].mean()) if bool(valid.any()) else 0.0
-    dropped = torch.zeros(num_groups, dtype=torch.bool, device=device)
-    if cfg.drop_zero_variance_groups:
-        dropped = zero_variance_groups(rewards, batch.group_size, valid)
-    is_dropped = dropped.tolist()  # one read of the device, not one per row
-    rows = [i for i in valid_rows if not is_dropped[i // batch.group_size]]
-    kept = torch.zeros(batch.num_rows, dtype=torch.bool, device=device)
-    kept[torch.tensor(rows, dtype=torch.long).to(device)] = True
-    train_mask = response_mask * kept[:, None]
-    # Trained rows with gradient (`live`) and without (`zero`), chunked apart whether or not the
-    # latter are skipped, so skipping them changes no other micro-batch. They stay in `train_mask`:
-    # the normalizers (tokens, sequences) are the whole batch's.
-    zero = _zero_gradient_rows(cfg, rows, advantages)
-    live = [i for i in rows if i not in set(zero)]
-    skipped_rows = zero if cfg.skip_zero_gradient_rows else []
-    step_chunks = _chunks(batch, [live] if cfg.skip_zero_gradient_rows else [live, zero], cfg.micro_batch_size)
-    trained = set(rows)
-    untrained = [i for i in valid_rows if i not in trained]  # dropped groups: scored for the metrics only
-    metrics.update({
-        "advantages_std": float(advantages[valid].std()) if int(valid.sum()) > 1 else 0.0,
-        "num_dropped_groups": float(dropped.sum()),
-        "num_train_sequences": float(len(rows)),
-        "num_train_tokens": float(train_mask.sum()),
-        "num_skipped_rows": float(len(skipped_rows)),
-        "num_skipped_tokens": float(sum(len(batch.response_ids[i]) for i in skipped_rows)),
-    })
+    ref_logp, trainer_logp, entropy = _score_reference(model, ref_model, batch, rows, cfg, precision)
+    # 2. Advantages, and which rows train.
+    plan = _plan(batch, rows, cfg, trainer_logp, ref_logp)
+    fused = _fuses_scoring(cfg)
     if not fused and trainer_logp is None:
-        trainer_logp, entropy = score([live, zero, untrained])
+        trainer_logp, entropy = score([plan.live, plan.zero, plan.untrained])
 
     # 3. Everything algorithm-specific, once; the inner steps only evaluate `compute_loss`. Fused:
     # the one step reads pi_old and the correction off its own forward, micro-batch by micro-batch
@@ -480,47 +528,33 @@ def _update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer
     steps = []
     train_start = time.perf_counter()
     if fused:
-        trainer_logp, entropy = score([skipped_rows, untrained])
-        if rows:
+        trainer_logp, entropy = score([plan.skipped, plan.untrained])
+        if plan.rows:
             def inputs_at(logp: Tensor) -> LossInputs:
-                return _loss_inputs(cfg, train_mask, advantages, logp, engine_logp, correction_of(logp), ref_logp,
-                                    generator)
+                return _loss_inputs(cfg, plan.train_mask, plan.advantages, logp, rows.engine_logp, correction_of(logp),
+                                    ref_logp, generator)
 
-            steps.append(_inner_step(model, optimizer, batch, step_chunks, inputs_at, trainer_logp, settings, cfg,
-                                     precision, entropy))
+            steps.append(_inner_step(model, optimizer, batch, plan.step_chunks, inputs_at, trainer_logp, settings,
+                                     cfg, precision, entropy))
     correction = correction_of(trainer_logp)
-    num_valid_tokens = valid_mask.sum().clamp(min=1)
-    metrics.update({
-        "vllm_kl": mismatch_kl(trainer_logp, engine_logp, valid_mask),
-        "vllm_kl_all": mismatch_kl(trainer_logp, engine_logp, response_mask),
-        "mismatch_ess": effective_sample_size(trainer_logp, engine_logp, valid_mask),
-        "trainer_ppl": response_perplexity(trainer_logp, valid_mask),
-        "entropy": float((entropy * valid_mask).sum() / num_valid_tokens),
-        **{f"mismatch_{name}": value for name, value in mismatch_stats(trainer_logp, engine_logp, valid_mask, correction).items()},
-        **{f"mismatch_would_reject/{mode}": value
-           for mode, value in rejection_fractions(trainer_logp, engine_logp, valid_mask, cfg.rejection_bounds()).items()},
-    })
-    if ref_logp is not None:
-        metrics["kl_ref_k1"] = float(((trainer_logp - ref_logp) * valid_mask).sum() / num_valid_tokens)
+    theta_k = _theta_k_metrics(rows, trainer_logp, entropy, ref_logp, correction, cfg)
 
-    too_far = cfg.max_vllm_kl is not None and metrics["vllm_kl"] > cfg.max_vllm_kl
-    if too_far or not rows:
-        metrics.update({"skipped": 1.0, "seconds": time.perf_counter() - start})
-        return metrics
-
-    inputs = _loss_inputs(cfg, train_mask, advantages, trainer_logp, engine_logp, correction, ref_logp, generator)
+    if (cfg.max_vllm_kl is not None and theta_k.vllm_kl > cfg.max_vllm_kl) or not plan.rows:
+        return UpdateMetrics(rollouts=rollouts, batch=plan.metrics, theta_k=theta_k, steps=None,
+                             seconds=time.perf_counter() - start)
+    inputs = _loss_inputs(cfg, plan.train_mask, plan.advantages, trainer_logp, rows.engine_logp, correction, ref_logp,
+                          generator)
     for _ in range(cfg.num_inner_steps - len(steps)):
-        steps.append(_inner_step(model, optimizer, batch, step_chunks, lambda _logp: inputs,
+        steps.append(_inner_step(model, optimizer, batch, plan.step_chunks, lambda _logp: inputs,
                                  torch.zeros_like(trainer_logp), settings, cfg, precision))
-    train_seconds = time.perf_counter() - train_start
-    num_forward_tokens = sum(len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for chunk in step_chunks
+    return UpdateMetrics(rollouts=rollouts, batch=plan.metrics, theta_k=theta_k,
+                         steps=_steps_metrics(batch, plan, steps, optimizer, cfg, time.perf_counter() - train_start),
+                         seconds=time.perf_counter() - start)
+
+
+def _steps_metrics(batch: RolloutBatch, plan: _Plan, steps: list[dict[str, float]], optimizer: torch.optim.Optimizer,
+                   cfg: RLAlgoConfig, train_seconds: float) -> StepsMetrics:
+    num_forward_tokens = sum(len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for chunk in plan.step_chunks
                              for i in chunk)
-    metrics.update(_summarize_steps(steps))
-    metrics.update({
-        "skipped": 0.0,
-        "lr": float(optimizer.param_groups[0]["lr"]),
-        # Prompt + response tokens through forward and backward, over the S inner steps.
-        "train_tokens_per_s": num_forward_tokens * cfg.num_inner_steps / max(train_seconds, 1e-9),
-        "seconds": time.perf_counter() - start,
-    })
-    return metrics
+    return StepsMetrics(summary=summarize_steps(steps), lr=float(optimizer.param_groups[0]["lr"]),
+                        train_tokens_per_s=num_forward_tokens * cfg.num_inner_steps / max(train_seconds, 1e-9))
