@@ -130,6 +130,151 @@ def train_step(
     }
 
 
+@dataclass
+class StageCheckpointer:
+    """The stage's checkpoints, out_dir/step_NNNNNN: every `checkpoint_every` steps and at the last one
+    (`should_save`), in one process the HF layout with AdamW beside it, under ranks each rank's shards."""
+
+    out_dir: Path
+    cfg: StageConfig
+    total_steps: int
+    fingerprint: str
+    num_ranks: int
+
+    def should_save(self, step: int) -> bool:
+        return step == self.total_steps or bool(self.cfg.checkpoint_every and step % self.cfg.checkpoint_every == 0)
+
+    def save(self, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
+             sampler_state: SamplerState) -> Path:
+        """The checkpoint after optimizer step `step` (counted from 1); a resume reads its trainer state."""
+        trainer_state = {
+            "stage": self.cfg.name,
+            "seed": self.cfg.seed,
+            "data_fingerprint": self.fingerprint,
+            "total_steps": self.total_steps,
+            "step": step,
+            "epoch": sampler_state.epoch,
+            "cursor": sampler_state.cursor,
+        }
+        name = f"step_{step:06d}"
+        if self.num_ranks == 1:
+            return save_checkpoint(self.out_dir, name, model, tokenizer, optimizer, trainer_state,
+                                   **adapter_checkpoint(model, tokenizer.name_or_path))
+        # every rank writes its shards
+        return save_sharded_checkpoint(self.out_dir, name, model, tokenizer, optimizer, trainer_state)
+
+
+@dataclass
+class _Stage:
+    """One stage set up to train: the (sharded) loss module, its AdamW, the sampler and the step where the run
+    stands, and the checkpoint schedule."""
+
+    loss_module: Any
+    optimizer: torch.optim.Optimizer
+    sampler: StepSampler
+    step: int
+    total_steps: int
+    device: torch.device
+    pad_id: int
+    checkpointer: StageCheckpointer
+    previous_attention: str  # restored at the end: eval/generation need masks
+
+
+def _resume_state(resume_from: Path, expected: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's trainer state, refused unless it is this stage's (same name, seed, data, steps)."""
+    state = read_trainer_state(resume_from)
+    differing = {k: (state.get(k), v) for k, v in expected.items() if state.get(k) != v}
+    if differing:
+        raise ValueError(f"cannot resume from {resume_from}: (checkpoint, now) differ for {differing}")
+    return state
+
+
+def _prepare_model(model: Any, cfg: StageConfig, resume_from: Path | None,
+                   start_weights: Path | None) -> tuple[PackedLMLoss, torch.device, str]:
+    """The stage's weights (and adapters) in `model`, set to train, wrapped in the loss and sharded on the
+    device the config resolves to; returns the loss module, the device the parameters ended on, and the
+    attention implementation to restore at the end (eval/generation need masks)."""
+    built_on_meta = on_meta(model)  # under ranks: filled once sharded
+    if built_on_meta and resume_from is None and start_weights is None:
+        raise ValueError("a model built on meta needs start_weights (or resume_from) to be filled from")
+    if resume_from is not None and not built_on_meta and cfg.lora is None:
+        load_model_weights(model, read_weights(resume_from))
+    if cfg.lora is not None:  # adapters on the stage's start model; a resumed stage's are its checkpoint's
+        attach_adapters(model, cfg.lora, cfg.lora.seed)
+        if resume_from is not None:
+            load_adapter_state(model, read_adapter(resume_from / ADAPTER_FOLDER))
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    previous_attention = model.config._attn_implementation
+    run_on = resolve_device(cfg.device)  # the one decision; the model, AdamW and every batch follow it
+    precision = resolve_precision(cfg.precision, run_on)
+    if cfg.lora is not None and precision == "bf16_autocast":  # the same bits in half the memory
+        base_weights_in_bf16(model)
+    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on), precision)
+    if world_size() == 1:
+        model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
+    loss_module = shard_for_training(loss_module, run_on, precision)
+    if built_on_meta:  # each rank's shards: read by rank 0 and broadcast, or its own of a sharded checkpoint
+        fill_weights(model, resume_from or start_weights, run_on)
+    # the device after sharding, which moves the parameters to the rank's device
+    return loss_module, next(model.parameters()).device, previous_attention
+
+
+def _set_up(model: Any, tokenizer: Any, examples: list[SFTExample], cfg: StageConfig, out_dir: Path,
+            resume_from: Path | None, start_weights: Path | None) -> _Stage:
+    """Everything before the first step: the data checked, seeds, the resumed state, the model, AdamW, sampler."""
+    validate_examples(examples, cfg.max_length)
+    lengths = [len(e.input_ids) for e in examples]
+    total_steps = cfg.num_steps if cfg.num_steps is not None else count_steps(lengths, cfg.batch_tokens, cfg.seed, cfg.num_epochs)
+    fingerprint = data_fingerprint(examples)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    seed_everything(cfg.seed)
+    state = None
+    if resume_from is not None:
+        state = _resume_state(resume_from, {"stage": cfg.name, "seed": cfg.seed, "data_fingerprint": fingerprint,
+                                            "total_steps": total_steps})
+    loss_module, device, previous_attention = _prepare_model(model, cfg, resume_from, start_weights)
+    # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                  weight_decay=cfg.weight_decay, **fused_on(device))
+    step, sampler_state = 0, SamplerState()
+    if state is not None:  # AdamW and RNG, whatever number of ranks wrote it
+        restore_training_state(resume_from, model, optimizer)
+        step, sampler_state = state["step"], SamplerState(state["epoch"], state["cursor"])
+    return _Stage(loss_module=loss_module, optimizer=optimizer,
+                  sampler=StepSampler(lengths, cfg.batch_tokens, cfg.seed, sampler_state), step=step,
+                  total_steps=total_steps, device=device, pad_id=pad_id,
+                  checkpointer=StageCheckpointer(out_dir, cfg, total_steps, fingerprint, world_size()),
+                  previous_attention=previous_attention)
+
+
+def _optimizer_step(model: Any, examples: list[SFTExample], stage: _Stage, cfg: StageConfig) -> dict[str, float]:
+    """One step: the scheduled rate, the sampler's examples forward and backward, clip, AdamW; its metrics."""
+    start = time.perf_counter()
+    lr = lr_at(stage.step, cfg.lr, cfg.warmup_steps, stage.total_steps, cfg.schedule)
+    for group in stage.optimizer.param_groups:
+        group["lr"] = lr
+    step_examples = [examples[i] for i in stage.sampler.next_step()]
+    metrics = train_step(stage.loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, stage.pad_id,
+                         stage.device, world_size(), rank())
+    max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+    grad_norm = full_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    stage.optimizer.step()
+    stage.optimizer.zero_grad(set_to_none=True)
+    stage.step += 1
+    elapsed = time.perf_counter() - start
+    metrics.update(
+        lr=lr,
+        grad_norm=float(grad_norm),
+        tokens_per_s=metrics["num_tokens"] / elapsed,
+        epoch=float(stage.sampler.state.epoch),
+        peak_memory_mb=peak_memory_mb(stage.device),
+    )
+    return metrics
+
+
 def train_stage(
     model: Any,
     tokenizer: Any,
@@ -152,100 +297,22 @@ def train_stage(
     and calls the callbacks. A model built on `meta` (training/runtime/meta_init.py, the ranks' launch) is
     filled after sharding from `resume_from`, else from `start_weights` (rank 0 reads it).
     """
-    cfg = stage_cfg
-    num_ranks, this_rank = world_size(), rank()
-    validate_examples(examples, cfg.max_length)
-    lengths = [len(e.input_ids) for e in examples]
-    total_steps = cfg.num_steps if cfg.num_steps is not None else count_steps(lengths, cfg.batch_tokens, cfg.seed, cfg.num_epochs)
-    fingerprint = data_fingerprint(examples)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-    seed_everything(cfg.seed)
-    if resume_from is not None:
-        state = read_trainer_state(resume_from)
-        expected = {"stage": cfg.name, "seed": cfg.seed, "data_fingerprint": fingerprint, "total_steps": total_steps}
-        differing = {k: (state.get(k), v) for k, v in expected.items() if state.get(k) != v}
-        if differing:
-            raise ValueError(f"cannot resume from {resume_from}: (checkpoint, now) differ for {differing}")
-    built_on_meta = on_meta(model)  # under ranks: filled once sharded
-    if built_on_meta and resume_from is None and start_weights is None:
-        raise ValueError("a model built on meta needs start_weights (or resume_from) to be filled from")
-    if resume_from is not None and not built_on_meta and cfg.lora is None:
-        load_model_weights(model, read_weights(resume_from))
-    if cfg.lora is not None:  # adapters on the stage's start model; a resumed stage's are its checkpoint's
-        attach_adapters(model, cfg.lora, cfg.lora.seed)
-        if resume_from is not None:
-            load_adapter_state(model, read_adapter(resume_from / ADAPTER_FOLDER))
-    if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    previous_attention = model.config._attn_implementation  # restored at the end: eval/generation need masks
-    run_on = resolve_device(cfg.device)  # the one decision; the model, AdamW and every batch follow it
-    precision = resolve_precision(cfg.precision, run_on)
-    if cfg.lora is not None and precision == "bf16_autocast":  # the same bits in half the memory
-        base_weights_in_bf16(model)
-    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on), precision)
-    if num_ranks == 1:
-        model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
-    loss_module = shard_for_training(loss_module, run_on, precision)
-    if built_on_meta:  # each rank's shards: read by rank 0 and broadcast, or its own of a sharded checkpoint
-        fill_weights(model, resume_from or start_weights, run_on)
-    device = next(model.parameters()).device  # after sharding, which moves it to the rank's device
-    # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                                  weight_decay=cfg.weight_decay, **fused_on(device))
-    step, sampler_state = 0, SamplerState()
-    if resume_from is not None:  # AdamW and RNG, whatever number of ranks wrote it
-        restore_training_state(resume_from, model, optimizer)
-        step, sampler_state = state["step"], SamplerState(state["epoch"], state["cursor"])
-    sampler = StepSampler(lengths, cfg.batch_tokens, cfg.seed, sampler_state)
-
+    stage = _set_up(model, tokenizer, examples, stage_cfg, out_dir, resume_from, start_weights)
+    is_rank_0 = rank() == 0
     last_checkpoint = resume_from
     metrics: dict[str, float] = {}
-    while step < total_steps:
-        start = time.perf_counter()
-        lr = lr_at(step, cfg.lr, cfg.warmup_steps, total_steps, cfg.schedule)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        step_examples = [examples[i] for i in sampler.next_step()]
-        metrics = train_step(loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, pad_id, device,
-                             num_ranks, this_rank)
-        max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
-        grad_norm = full_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        elapsed = time.perf_counter() - start
-        metrics.update(
-            lr=lr,
-            grad_norm=float(grad_norm),
-            tokens_per_s=metrics["num_tokens"] / elapsed,
-            epoch=float(sampler.state.epoch),
-            peak_memory_mb=peak_memory_mb(device),
-        )
-        if on_metrics is not None and this_rank == 0:
-            on_metrics(metrics, step)
-        if step == total_steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            trainer_state = {
-                "stage": cfg.name,
-                "seed": cfg.seed,
-                "data_fingerprint": fingerprint,
-                "total_steps": total_steps,
-                "step": step,
-                "epoch": sampler.state.epoch,
-                "cursor": sampler.state.cursor,
-            }
-            name = f"step_{step:06d}"
-            if num_ranks == 1:
-                last_checkpoint = save_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state,
-                                                  **adapter_checkpoint(model, tokenizer.name_or_path))
-            else:  # every rank writes its shards
-                last_checkpoint = save_sharded_checkpoint(out_dir, name, model, tokenizer, optimizer, trainer_state)
-            if on_checkpoint is not None and this_rank == 0:
-                on_checkpoint(last_checkpoint, step)
-            if num_ranks > 1:  # rank 0 has written (and committed) it before any rank returns its path
+    while stage.step < stage.total_steps:
+        metrics = _optimizer_step(model, examples, stage, stage_cfg)
+        if on_metrics is not None and is_rank_0:
+            on_metrics(metrics, stage.step)
+        if stage.checkpointer.should_save(stage.step):
+            last_checkpoint = stage.checkpointer.save(stage.step, model, tokenizer, stage.optimizer,
+                                                      stage.sampler.state)
+            if on_checkpoint is not None and is_rank_0:
+                on_checkpoint(last_checkpoint, stage.step)
+            if world_size() > 1:  # rank 0 has written (and committed) it before any rank returns its path
                 torch.distributed.barrier()
-    model.set_attn_implementation(previous_attention)
+    model.set_attn_implementation(stage.previous_attention)
     if last_checkpoint is None:
-        raise ValueError(f"stage {cfg.name!r} ran no steps and has no checkpoint (total_steps={total_steps})")
-    return TrainResult(last_checkpoint=last_checkpoint, num_steps=step, last_metrics=metrics)
+        raise ValueError(f"stage {stage_cfg.name!r} ran no steps and has no checkpoint (total_steps={stage.total_steps})")
+    return TrainResult(last_checkpoint=last_checkpoint, num_steps=stage.step, last_metrics=metrics)
