@@ -268,22 +268,17 @@ def _model_card(config: SFTConfig, metrics: dict[str, float]) -> str:
 @flow(name="sft", flow_run_name="sft")
 def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> RunSummary:
     """Train the stages in order; outputs every stage's final checkpoint, the last as `checkpoint`."""
-    from prefect.logging import get_run_logger
-
     from passband.tasks.reporting import tracking
     from passband.tasks.steps.evaluation import eval_sets_from
     from passband.tasks.artifacts.model import resolve_model
     from passband.tasks.reporting.registry import log_model
-    from passband.tasks.stages.stage import stage_run
+    from passband.tasks.stages.stage import StageRun, run_in_stage
     from passband.training.model_source import load_tokenizer
     from passband.training.sft.run_metrics import stage_metrics, throughput_metrics
 
-    logger = get_run_logger()
     started = time.perf_counter()
-    with stage_run("sft", config, parent_run_id, run_control=RUN_CONTROL_FIELDS, system_metrics=True) as run:
-        if run.cached is not None:
-            logger.info("reusing the completed sft run %s", run.cached.mlflow_run_id)
-            return run.cached
+
+    def work(run: StageRun) -> RunSummary:
         run_id = run.run_id
 
         model_dir = resolve_model(config.model)
@@ -318,3 +313,5 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         tracking.log_metrics({k: v for k, v in metrics.items() if not k.startswith(("before/", "after/"))},
                              step=step_offset, run_id=run_id)
         return run.finish(outputs, metrics)
+
+    return run_in_stage("sft", config, work, parent_run_id, run_control=RUN_CONTROL_FIELDS, system_metrics=True)

@@ -36,13 +36,11 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
     from passband.curation.rl_selection import rl_funnel
     from passband.flows.curate.sft import build_sft_sets, open_sampler
     from passband.tasks.reporting import tracking
-    from passband.tasks.stages.stage import stage_run
+    from passband.tasks.stages.stage import StageRun, run_in_stage
 
     logger = get_run_logger()
-    with stage_run("curate", config, parent_run_id, run_name) as run:
-        if run.cached is not None:
-            logger.info("reusing curate outputs of an identical earlier run (%s)", run.cache_key)
-            return run.cached
+
+    def work(run: StageRun) -> RunSummary:
         start = time.perf_counter()
         train, evals = _load_and_hold_out(config)
         pool_sizes = {task_name: len(rows) for task_name, rows in train.items()}
@@ -81,6 +79,8 @@ def curate(config: CurateConfig = CurateConfig(), parent_run_id: str | None = No
         if rl_empty:
             return run.finish(outputs, metrics, status="partial", message=rl_empty)
         return run.finish(outputs, metrics)
+
+    return run_in_stage("curate", config, work, parent_run_id, run_name)
 
 
 def _load_and_hold_out(config: CurateConfig) -> tuple[dict, dict]:

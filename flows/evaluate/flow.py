@@ -115,18 +115,15 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
     from passband.tasks.steps.evaluation import commit_evaluation, eval_sets_from, perplexities_on_samples
     from passband.tasks.steps.judge import opened_judges
     from passband.tasks.artifacts.model import resolve_model
-    from passband.tasks.stages.stage import stage_run
+    from passband.tasks.stages.stage import StageRun, run_in_stage
     from passband.training.engines.keeper import ENGINES
     from passband.training.evaluation.k_curve import k_curve_subset
     from passband.training.evaluation.metrics import baseline_metrics, evaluation_metrics, k_curve_comparison
     from passband.training.evaluation.perplexity import spread_subset
 
     logger = get_run_logger()
-    with stage_run("evaluate", config, parent_run_id, run_name) as stage:
-        if stage.cached is not None:
-            logger.info("reusing the evaluation of %s from %s", config.model, stage.cache_key)
-            return stage.cached
 
+    def work(stage: StageRun) -> RunSummary:
         eval_sets = eval_sets_from(config.datasets, config.suites,
                                    config.max_problems, stage.run_id)
         logger.info("eval sets: %s", {name: len(rows) for name, rows in eval_sets.items()})
@@ -159,6 +156,8 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
 
         outputs = commit_evaluation(evaluations, eval_sets, config.datasets, stage.resolved, stage.run_id)
         return stage.finish(outputs, metrics)
+
+    return run_in_stage("evaluate", config, work, parent_run_id, run_name)
 
 
 def _baseline(config: EvaluateConfig, baseline_dir: str, eval_sets: dict[str, list[dict]],

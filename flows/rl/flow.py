@@ -43,14 +43,12 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
     from passband.tasks.reporting.progress import Progress
     from passband.tasks.steps.judge import opened_judges
     from passband.tasks.steps.rl import checkpoint_uri
-    from passband.tasks.stages.stage import stage_run
+    from passband.tasks.stages.stage import run_in_stage
 
     logger = get_run_logger()
     started = time.perf_counter()
-    with stage_run("rl", config, parent_run_id, run_control=RUN_CONTROL_FIELDS, system_metrics=True) as run:
-        if run.cached is not None:
-            logger.info("reusing the completed rl run %s", run.cached.mlflow_run_id)
-            return run.cached
+
+    def work(run: StageRun) -> RunSummary:
         # 1. Problems, held-out sets, the trainer (resumed from this config's newest checkpoint; in this
         # process, or torchrun ranks when distributed.launches_ranks), the engine.
         model_dir, eval_sets, problems = _load_data(config, run.run_id, logger)
@@ -94,6 +92,8 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
 
         # 3. Outputs: the final and the best checkpoint.
         return _finish(config, run, state, sorted(problems), time.perf_counter() - started, logger)
+
+    return run_in_stage("rl", config, work, parent_run_id, run_control=RUN_CONTROL_FIELDS, system_metrics=True)
 
 
 def _load_data(config: RLConfig, run_id: str, logger: Any) -> tuple[str, dict[str, list[dict]], dict[str, list[dict]]]:

@@ -1,17 +1,17 @@
 """One stage run: the preamble and the ending that every flow shares, written once.
 
-A flow opens its stage with `stage_run(...)`: MLflow is configured, the stage's run is opened
+A flow runs its stage with `run_in_stage(flow, config, work)`, or opens it with `stage_run(...)`: MLflow is configured, the stage's run is opened
 (nested under the pipeline's when `parent_run_id` is given), the resolved config is logged as
 params and JSON, and the stage cache is looked up (docs/recipe.md section 1: a rerun with the
 same inputs and code reuses what was computed). On a cache hit the new run is tagged with the
-run it reuses and carries that run's metrics, so nobody finds an empty run in MLflow. The flow
-ends with `stage.finish(outputs, metrics)`, which commits the summary last (tasks/stages/cache.py): a
+run it reuses and carries that run's metrics, so nobody finds an empty run in MLflow, and
+`run_in_stage` returns that run's summary without calling `work`. The flow ends with `stage.finish(outputs, metrics)`, which commits the summary last (tasks/stages/cache.py): a
 crashed stage leaves no summary and is recomputed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from passband.tasks.artifacts.provenance import code_version, config_hash
 from passband.tasks.reporting import tracking
+from passband.tasks.reporting.logs import run_logger
 from passband.tasks.reporting.prefect_artifacts import publish_markdown
 from passband.tasks.stages import cache as stage_cache
 from passband.tasks.stages.summary import RunSummary
@@ -120,3 +121,16 @@ def stage_run(flow: str, config: BaseModel, parent_run_id: str | None = None, ru
                               run_id)
             tracking.log_metrics(summary.metrics, step=0, run_id=run_id)
         yield StageRun(flow, run_id, resolved, cache_key, summary, cache)
+
+
+def run_in_stage(flow: str, config: BaseModel, work: Callable[[StageRun], RunSummary],
+                 parent_run_id: str | None = None, run_name: str | None = None,
+                 run_control: frozenset[str] | set[str] = DEFAULT_RUN_CONTROL, system_metrics: bool = False) -> RunSummary:
+    """`work(stage)` inside `stage_run`, unless the cache holds an identical completed run: then that run's
+    summary, with one line in the log saying so (the preamble every cached flow wrote itself)."""
+    with stage_run(flow, config, parent_run_id, run_name, run_control, system_metrics=system_metrics) as stage:
+        if stage.cached is not None:
+            run_logger().info("reusing the completed %s run %s (cache key %s)", flow, stage.cached.mlflow_run_id,
+                              stage.cache_key)
+            return stage.cached
+        return work(stage)
