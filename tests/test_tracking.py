@@ -189,3 +189,36 @@ def test_the_experiment_is_a_model_training_one_and_runs_say_what_produced_them(
     assert tags["passband.code_version"] == code_version()
     assert tags["passband.config_hash"] == config_hash({"x": 1})
     assert tags["prefect.flow_run_id"]
+
+
+def test_run_in_stage_runs_the_work_once_and_then_returns_the_cached_summary(tmp_path, monkeypatch):
+    """The stage preamble every cached flow shares: a second identical run reuses the first's summary
+    without running its work (tasks/stages/stage.py: run_in_stage)."""
+    from prefect import flow
+
+    from passband.flows.config import Config
+    from passband.tasks.stages.stage import run_in_stage
+
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
+
+    class Tiny(Config):
+        x: int = 1
+
+    calls = []
+
+    def work(stage):
+        calls.append(stage.run_id)
+        return stage.finish({"out": "file:///x"}, {"m": 1.0})
+
+    @flow
+    def tiny_flow():
+        return run_in_stage("tiny", Tiny(), work)
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=300):
+        first = tiny_flow()
+        second = tiny_flow()
+    assert len(calls) == 1
+    assert second.mlflow_run_id == first.mlflow_run_id == calls[0]
+    assert second.outputs == {"out": "file:///x"} and second.metrics == {"m": 1.0}
