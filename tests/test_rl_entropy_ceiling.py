@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from passband.training.rl.algebra.entropy_ceiling import fit_entropy_ceiling, should_stop_early
+from passband.training.rl.monitoring.entropy_ceiling import fit_entropy_ceiling, should_stop_early
 
 
 def _history(a: float, b: float, entropies: list[float], noise: float = 0.0, seed: int = 0) -> list[float]:

@@ -294,7 +294,7 @@ class EarlyStop:
     logger: Any
 
     def observe(self, state: RLState, metrics: dict[str, float]) -> dict[str, float]:
-        from passband.training.rl.algebra.entropy_ceiling import observe_entropy_reward
+        from passband.training.rl.monitoring.entropy_ceiling import observe_entropy_reward
 
         stop, fit = observe_entropy_reward(state.entropy_reward, metrics["entropy"], metrics[self.config.reward_metric],
                                            self.config.margin, self.config.patience)

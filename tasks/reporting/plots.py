@@ -102,7 +102,7 @@ def entropy_ceiling_figure(history: list[tuple[float, float]]) -> Figure:
 
     from matplotlib.figure import Figure
 
-    from passband.training.rl.algebra.entropy_ceiling import fit_entropy_ceiling
+    from passband.training.rl.monitoring.entropy_ceiling import fit_entropy_ceiling
 
     xs = [math.exp(h) for h, _ in history]
     rewards = [r for _, r in history]
