@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from passband.flows.rl.flow import loop as rl_loop
+from passband.flows.rl import loop as rl_loop
 from passband.flows.config import resolve_config
 from passband.flows.rl.config import RLConfig
+from passband.tasks.steps.rl import InProcessTrainer
 
 
 class RecordingEngine:
@@ -35,9 +36,10 @@ def test_the_engine_sleeps_through_the_update_and_wakes_for_the_sync(monkeypatch
                         lambda *args, **kwargs: calls.append("rollouts") or "the batch")
     monkeypatch.setattr("passband.tasks.steps.rl.push_weights", lambda *args, **kwargs: calls.append("push_weights"))
     config = resolve_config(RLConfig, "rl", "demo", (), [])
-    trainer = SimpleNamespace(tokenizer=None, model=None, state=SimpleNamespace(consumed=0))
+    trainer = InProcessTrainer(SimpleNamespace(tokenizer=None, model=None, state=SimpleNamespace(consumed=0)),
+                               config.algo, config.engine, tmp_path, 1, False)
     engine = RecordingEngine(calls)
     assert rl_loop._take_rollouts(config, trainer, engine, {}, 1, None, None) == "the batch"
     calls.append("update")  # run_iteration's update runs here, between the two
-    rl_loop._sync_weights(config, trainer, engine, tmp_path, 1, None)
+    rl_loop._sync_weights(config, trainer, engine, 1, None)
     assert calls == ["rollouts", "release_weights", "sleep", "update", "wake", "push_weights"]

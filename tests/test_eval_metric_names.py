@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from passband.flows.rl.flow import loop as rl_loop
+from passband.flows.rl import loop as rl_loop
 from passband.flows import sft
 from passband.tasks.reporting import tracking
 from passband.tasks.steps.evaluation import log_evaluation

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from passband.flows.rl.config import RLConfig
 from passband.flows.rl.rollouts import iteration_seed
-from passband.training.rl.batches.staleness import behaviour_version, check_staleness, versions_to_keep
+from passband.training.rl.batches.staleness import behaviour_version, check_staleness
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.flows.rl.rollouts import Rollouts
@@ -149,12 +149,3 @@ class RolloutsAhead:
         """Wait for the collections still running (past an early stop or this run's last
         iteration they are never trained on) and stop the thread."""
         self.executor.shutdown(wait=True, cancel_futures=True)
-
-
-def publish_update(model: Any, config: RLConfig, root: Path, version: int) -> Path:
-    """The trainer's weights after update `version`, published for the rollout thread (the engine
-    is not touched: the thread loads what it needs when it needs it); the version's folder."""
-    from passband.training.weights.versions import publish_version
-
-    return publish_version(model, root, version, config.engine.resolved_dtype(), config.engine.lm_head_fp32,
-                           keep=versions_to_keep(config.rollout.max_off_policy_steps), adapter_only=config.publishes_adapter)

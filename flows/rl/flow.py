@@ -29,7 +29,7 @@ from passband.training.engines import EngineConfig
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
     from passband.tasks.stages.stage import StageRun
-    from passband.training.rl.trainer import RLState
+    from passband.training.rl.trainer import PolicyTrainer, RLState
 
 __all__ = ["RLConfig", "RewardConfig", "rl"]
 
@@ -61,7 +61,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
               ExitStack() as stack):
             engine = _open_engine(config, model_dir, problems, trainer)
             schedule, state = schedule_of(config), trainer.state
-            ahead = stack.enter_context(_rollouts_ahead(config, trainer, engine, problems, judges, scratch))
+            ahead = stack.enter_context(_rollouts_ahead(config, trainer, engine, problems, judges))
             evaluator = Evaluator(config, schedule, ahead.engine if ahead else engine, eval_sets, model_dir, run.run_id,
                                   lambda iteration: checkpoint_uri(run.config_id, iteration), logger, eval_judges)
             checkpointer = Checkpointer(schedule, trainer, run.config_id, run.resolved, state.iteration, ahead)
@@ -73,7 +73,7 @@ def rl(config: RLConfig = RLConfig(), parent_run_id: str | None = None) -> RunSu
             evaluator.baseline(state)
             progress = Progress(f"rl iterations (of {config.num_iterations})", config.num_iterations, "iterations")
             for iteration in schedule.iterations(state.iteration):
-                metrics = run_iteration(config, trainer, engine, problems, iteration, scratch, judges, run.run_id, ahead,
+                metrics = run_iteration(config, trainer, engine, problems, iteration, judges, run.run_id, ahead,
                                         rollout_log)
                 logger.info(iteration_line(iteration, metrics, sorted(problems)))
                 if evaluator.should_evaluate(iteration):
@@ -137,14 +137,14 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
     if config.distributed.launches_ranks:
         logger.info("rl: the update runs on %d torchrun ranks (FSDP2)", config.distributed.nproc_per_node)
     keep = versions_to_keep(config.rollout.max_off_policy_steps)  # the rollouts ahead read k + 1 versions
-    with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, config.distributed, scratch / "ranks",
-                    config.engine, keep) as trainer:
+    with rl_trainer(model_dir, sorted(problems), config.algo, resume_uri, config.distributed, scratch,
+                    config.engine, keep, config.publishes_adapter) as trainer:
         yield trainer
 
 
 @contextmanager
-def _rollouts_ahead(config: RLConfig, trainer: Any, engine: Any, problems: dict[str, list[dict]], judges: dict,
-                    scratch: Path) -> Iterator[Any]:
+def _rollouts_ahead(config: RLConfig, trainer: PolicyTrainer, engine: Any, problems: dict[str, list[dict]],
+                    judges: dict) -> Iterator[Any]:
     """With rollout.max_off_policy_steps >= 1, the thread that samples ahead of the trainer
     (flows/rl/ahead.py), the start weights published as their version for it (by the torchrun
     ranks, under their root, when they train) and the resumed checkpoint's in-flight rollouts
@@ -152,19 +152,13 @@ def _rollouts_ahead(config: RLConfig, trainer: Any, engine: Any, problems: dict[
     if not config.rollout.max_off_policy_steps:
         yield None
         return
-    from passband.flows.rl.ahead import RolloutsAhead, VersionedEngine, publish_update
-    from passband.tasks.steps.rl_torchrun import RanksTrainer
+    from passband.flows.rl.ahead import RolloutsAhead, VersionedEngine
 
     # the engine holds the start weights; an evaluation may load them again after a newer version
     state = trainer.state
-    if isinstance(trainer, RanksTrainer):
-        root = trainer.weights_root
-        trainer.publish(state.iteration)
-    else:
-        root = scratch / "weights"
-        publish_update(trainer.model, config, root, state.iteration)
-    ahead = RolloutsAhead(config, trainer.tokenizer, VersionedEngine(engine, root, state.iteration), problems, judges,
-                          state.iteration, config.num_iterations, dict(state.consumed))
+    trainer.publish(state.iteration)
+    ahead = RolloutsAhead(config, trainer.tokenizer, VersionedEngine(engine, trainer.weights_root, state.iteration),
+                          problems, judges, state.iteration, config.num_iterations, dict(state.consumed))
     ahead.resume(state.in_flight)  # what the checkpoint sampled ahead is trained on, not sampled anew
     state.in_flight = []
     try:

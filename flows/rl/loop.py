@@ -19,10 +19,9 @@ from passband.training.rl.schedule import RLSchedule
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
     from passband.flows.rl.ahead import RolloutsAhead
     from passband.flows.rl.rollouts import Rollouts
-    from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.engines import RolloutEngine
     from passband.training.rl.monitoring.timeline import Span
-    from passband.training.rl.trainer import RLState, RLTrainer
+    from passband.training.rl.trainer import PolicyTrainer, RLState
 
 
 def schedule_of(config: RLConfig) -> RLSchedule:
@@ -30,9 +29,9 @@ def schedule_of(config: RLConfig) -> RLSchedule:
                       checkpoint_every=config.checkpoint_every, max_iterations_this_run=config.max_iterations_this_run)
 
 
-def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: RolloutEngine,
+def run_iteration(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngine,
                   problems: dict[str, list[dict]],
-                  iteration: int, scratch: Path, judges: dict[str, Any] | None = None,
+                  iteration: int, judges: dict[str, Any] | None = None,
                   run_id: str | None = None, ahead: RolloutsAhead | None = None,
                   rollout_log: RolloutLog | None = None) -> dict[str, float]:
     """Outer iteration `iteration` (1-based): draw, roll out, score, update, push the weights; its
@@ -41,13 +40,9 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     (rollout.max_off_policy_steps >= 1) the rollouts come from its thread, which keeps sampling
     the next ones during the update, and the update is published for it rather than loaded. With
     `rollout_log`, the iteration's rollouts are kept (RolloutLog)."""
-    import torch
-
     from passband.tasks.host.memory import PhasePeaks, cuda_peaks, resident_gb
-    from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.monitoring.rollout_metrics import zero_variance_fractions
     from passband.training.rl.monitoring.timeline import Span
-    from passband.training.rl.update import rl_update
 
     start = time.perf_counter()
     # this process's peak RSS per phase (with an in-process engine, both), and its GPU's where it has one
@@ -58,15 +53,10 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     batch = rollouts.batch
     with peaks.phase("training"):
         train_start = time.time()
-        if isinstance(trainer, RanksTrainer):  # the update on the torchrun ranks; they publish the full weights
-            by_broadcast = config.engine.weight_transfer == "nccl"  # then nothing is published to disk
-            metrics = trainer.update(batch, iteration_seed(config, iteration), None if by_broadcast else iteration)
-        else:
-            generator = torch.Generator().manual_seed(iteration_seed(config, iteration))  # Clip-Cov's random choice
-            metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
+        metrics = trainer.update(batch, iteration_seed(config, iteration), iteration)
         train_end = time.time()
     with peaks.phase("weight_sync"):
-        sync, published = _sync_weights(config, trainer, engine, scratch, iteration, ahead)
+        sync, published = _sync_weights(config, trainer, engine, iteration, ahead)
     trainer.state.timeline += [*rollouts.spans, *(ahead.engine.take_loads() if ahead else []),
                                Span("trainer", "training", train_start, train_end), sync]
     train_s, sync_s = train_end - train_start, sync.seconds
@@ -90,36 +80,21 @@ def run_iteration(config: RLConfig, trainer: RLTrainer | RanksTrainer, engine: R
     return metrics
 
 
-def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch: Path, iteration: int,
+def _sync_weights(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngine, iteration: int,
                   ahead: RolloutsAhead | None) -> tuple[Span, Path | None]:
-    """The update's weights to the rollouts: published as a version for the thread ahead (the
-    ranks published theirs with the update), broadcast by the ranks into the engine (weights by
-    NCCL), loaded from the ranks' published version, or pushed into the engine in place; the
-    trainer's span of it and the version folder this process published (None: it published none)."""
-    from passband.flows.rl.ahead import publish_update
-    from passband.tasks.steps.rl import push_weights
-    from passband.tasks.steps.rl_torchrun import RanksTrainer
+    """The update's weights to the rollouts (`PolicyTrainer.hand_over`): published as a version for the
+    thread ahead, or into the engine, woken first (asleep since the rollouts); the trainer's span of it and
+    the version folder this process published (None: it published none)."""
     from passband.training.rl.monitoring.timeline import Span
-    from passband.training.weights.versions import load_version
 
     start = time.time()
-    ranks = isinstance(trainer, RanksTrainer)
-    published = None
     if ahead is None:
         engine.wake()  # asleep since the rollouts (sleep mode): the weights come back to take the update
-    if ahead is not None:
-        if not ranks:
-            published = publish_update(trainer.model, config, ahead.engine.root, iteration)
-    elif ranks and config.engine.weight_transfer == "nccl":
-        trainer.broadcast_into(engine)
-    elif ranks:
-        load_version(engine, trainer.weights_root, iteration)
-    else:
-        published = push_weights(trainer.model, engine, config.engine, scratch, iteration, config.publishes_adapter)
+    published = trainer.hand_over(engine, iteration, ahead is not None)
     return Span("trainer", "weight_publish" if ahead is not None else "weight_sync", start, time.time()), published
 
 
-def _take_rollouts(config: RLConfig, trainer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
+def _take_rollouts(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngine, problems: dict[str, list[dict]],
                    iteration: int, judges: dict[str, Any] | None, ahead: RolloutsAhead | None) -> Rollouts:
     """The iteration's rollouts: from the thread ahead, or sampled now by the engine, which then
     drops its packed weights until the sync rebuilds them (they would only sit beside the trainer)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,13 @@ from passband.curation.suites.source import ProblemSource
 from passband.tasks.artifacts.checkpoints import commit_checkpoint, newest_committed, scratch_dir
 from passband.tasks.artifacts.model import lora_adapter_base
 from passband.tasks.artifacts.store import fetch_artifact, open_store
-from passband.tasks.steps.rl_torchrun import RanksTrainer, trainer_ranks
+from passband.tasks.steps.rl_torchrun import trainer_ranks
 from passband.training.engines.config import EngineConfig
 from passband.training.engines.protocol import RolloutEngine, Sample
 from passband.training.judge.judge import Judge
-from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
+from passband.training.rl.batches.batching import RolloutBatch
+from passband.training.rl.config import RLAlgoConfig
+from passband.training.rl.trainer import PolicyTrainer, RLState, RLTrainer, open_trainer, save_trainer
 from passband.training.runtime.config import DistributedConfig
 from passband.training.weights.versions import load_version, publish_version
 
@@ -173,31 +176,97 @@ def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str
     return open_trainer(Path(model_dir), tasks, algo, fetch_artifact(resume_uri) if resume_uri else None, base_dir)
 
 
+@dataclass
+class InProcessTrainer:
+    """The RL trainer in the flow's own process behind the loop's interface (training/rl/trainer.py:
+    PolicyTrainer): the update is `rl_update` on its model; its weights are published under
+    `scratch/weights` in the engine's dtype, or handed to the engine in place (`push_weights`)."""
+
+    trainer: RLTrainer
+    algo: RLAlgoConfig
+    engine: EngineConfig
+    scratch: Path
+    keep_versions: int
+    """Weight versions kept under `weights_root` (the rollouts ahead read k + 1)."""
+    adapter_only: bool
+    """Each version is LoRA's adapters alone, which the engine applies to its base."""
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.trainer.tokenizer
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.trainer.weights_dir
+
+    @property
+    def base_dir(self) -> Path | None:
+        return self.trainer.base_dir
+
+    @property
+    def state(self) -> RLState:
+        return self.trainer.state
+
+    @property
+    def weights_root(self) -> Path:
+        return self.scratch / "weights"
+
+    def update(self, batch: RolloutBatch, seed: int, version: int) -> dict[str, float]:
+        """One `rl_update` (Clip-Cov's random choice seeded with `seed`); the weights are published later, by
+        the loop's weight-sync phase (`hand_over`)."""
+        import torch
+
+        from passband.training.rl.update import rl_update
+
+        trainer = self.trainer
+        generator = torch.Generator().manual_seed(seed)
+        return rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, self.algo, generator)
+
+    def publish(self, version: int) -> Path:
+        return publish_version(self.trainer.model, self.weights_root, version, self.engine.resolved_dtype(),
+                               self.engine.lm_head_fp32, keep=self.keep_versions, adapter_only=self.adapter_only)
+
+    def hand_over(self, engine: RolloutEngine, version: int, ahead: bool) -> Path | None:
+        """Ahead: published for the rollout thread, the engine untouched (the thread loads what it needs when
+        it needs it); else pushed into `engine` (`push_weights`)."""
+        if ahead:
+            return self.publish(version)
+        return push_weights(self.trainer.model, engine, self.engine, self.scratch, version, self.adapter_only)
+
+    def save(self, out_dir: Path) -> Path:
+        return save_trainer(self.trainer, out_dir)
+
+    def close(self) -> None:
+        """Nothing runs beside this process: the model goes with the object."""
+
+
 @contextmanager
 def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None, distributed: DistributedConfig,
-               work_dir: Path, engine_config: EngineConfig, keep_versions: int = 1) -> Iterator[RLTrainer | RanksTrainer]:
+               scratch: Path, engine_config: EngineConfig, keep_versions: int = 1,
+               adapter_only: bool = False) -> Iterator[PolicyTrainer]:
     """The in-process trainer (`open_rl_trainer`), or with distributed.launches_ranks the
-    torchrun ranks serving it (tasks/steps/rl_torchrun.py, their files under `work_dir`; they
-    publish each update in `engine_config`'s dtype, as push_weights does, the `keep_versions`
-    newest kept), stopped at the end."""
+    torchrun ranks serving it (tasks/steps/rl_torchrun.py, their files under `scratch/ranks`); both
+    publish each update in `engine_config`'s dtype under their `weights_root`, the `keep_versions`
+    newest kept; stopped at the end."""
     if not distributed.launches_ranks:
-        yield open_rl_trainer(model_dir, tasks, algo, resume_uri)
+        trainer = InProcessTrainer(open_rl_trainer(model_dir, tasks, algo, resume_uri), algo, engine_config, scratch,
+                                   keep_versions, adapter_only)
+        yield trainer
+        trainer.close()
         return
     resume_dir = fetch_artifact(resume_uri) if resume_uri else None
-    with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, distributed, work_dir, engine_config,
+    with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, distributed, scratch / "ranks", engine_config,
                        keep_versions) as trainer:
         yield trainer
 
 
-def save_rl_checkpoint(trainer: RLTrainer | RanksTrainer, run_key: str, config: dict[str, Any]) -> str:
-    """Checkpoint the trainer (weights, optimizer, RNG, RLState) as an artifact; its URI."""
+def save_rl_checkpoint(trainer: PolicyTrainer, run_key: str, config: dict[str, Any]) -> str:
+    """Checkpoint the trainer (weights, optimizer, RNG, RLState) as an artifact; its URI. The copy it
+    wrote (in a scratch dir, or in the ranks' work dir, where rank 0 writes it) is deleted once committed."""
     iteration = trainer.state.iteration
     key, extra = checkpoint_key(run_key, iteration), {"iteration": iteration}
-    if isinstance(trainer, RanksTrainer):  # rank 0 wrote it in the ranks' work dir
-        path = trainer.save()
+    with scratch_dir("rl-checkpoint-") as scratch:
+        path = trainer.save(scratch)
         uri = commit_checkpoint(str(path), key, "rl", config, extra)
         shutil.rmtree(path)
         return uri
-    with scratch_dir("rl-checkpoint-") as scratch:
-        path = save_trainer(trainer, scratch)
-        return commit_checkpoint(str(path), key, "rl", config, extra)

@@ -58,6 +58,10 @@ class RanksTrainer:
     """Requests written so far (the next is sent + 1)."""
     update_info: dict[str, Any] | None = None
     """With weights by broadcast, once linked: what the engine is told of each round (names, dtypes, shapes)."""
+    by_broadcast: bool = False
+    """The engine receives each update's weights by NCCL broadcast (engine.weight_transfer 'nccl'), not from disk."""
+    base_dir: Path | None = None
+    """No adapters: the ranks refuse LoRA (training/rl/trainer.py: PolicyTrainer)."""
 
     @property
     def nproc_per_node(self) -> int:
@@ -94,11 +98,24 @@ class RanksTrainer:
     def _stderr(self) -> str:
         return (self.work_dir / "ranks.stderr").read_text()[-4000:]
 
-    def update(self, batch: RolloutBatch, seed: int, version: int | None) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, seed: int, version: int) -> dict[str, float]:
         """One rl_update on the ranks (Clip-Cov seeded with `seed`); its metrics. The updated full
-        weights are then published as `version` under `weights_root` (load_version loads them);
-        with `version` None nothing is published (`broadcast_into` sends them)."""
-        return self._ask(batch_request(batch, seed, version))["metrics"]
+        weights are then published as `version` under `weights_root` (load_version loads them), in the
+        same request; with weights by broadcast nothing is published (`broadcast_into` sends them)."""
+        return self._ask(batch_request(batch, seed, None if self.by_broadcast else version))["metrics"]
+
+    def hand_over(self, engine: Any, version: int, ahead: bool) -> None:
+        """The update's weights to the rollouts: ahead, nothing to do (the ranks published them with the
+        update); else broadcast into `engine` (weights by NCCL) or loaded from the ranks' published version."""
+        from passband.training.weights.versions import load_version
+
+        if ahead:
+            return None
+        if self.by_broadcast:
+            self.broadcast_into(engine)
+        else:
+            load_version(engine, self.weights_root, version)
+        return None
 
     def broadcast_into(self, engine: Any) -> None:
         """The weights the ranks hold now, sent into the flow's vLLM `engine` by NCCL broadcast
@@ -131,10 +148,16 @@ class RanksTrainer:
             raise FileNotFoundError(f"the rl trainer ranks have published no weights under {self.weights_root} yet")
         return version_dir(self.weights_root, newest)
 
-    def save(self) -> Path:
-        """The ranks' checkpoint of this iteration (weights, AdamW, RNG, this RLState); its local path."""
+    def save(self, out_dir: Path | None = None) -> Path:
+        """The ranks' checkpoint of this iteration (weights, AdamW, RNG, this RLState); its local path, in
+        the ranks' work dir (rank 0 writes it there whatever `out_dir`)."""
         name = f"iter-{self.state.iteration:06d}"
         return Path(self._ask({"kind": "checkpoint", "name": name, "state": self.state.to_json()})["checkpoint"])
+
+    def close(self) -> None:
+        """Ask the ranks to stop and wait for torchrun to exit."""
+        self._ask({"kind": "stop"})
+        self.ranks.wait()
 
 
 @contextmanager
@@ -169,15 +192,14 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     reader = threading.Thread(target=_read_lines, args=(ranks.stdout, lines), name="rl-ranks-stdout", daemon=True)
     reader.start()
     trainer = RanksTrainer(load_tokenizer(model_dir), resume_dir or model_dir, state, work_dir, ranks, distributed,
-                           lines)
+                           lines, by_broadcast=engine.weight_transfer == "nccl")
     try:
         # Unbounded: loading a large model may take longer than any one update; a rank that hangs
         # while starting fails the others' first collective, and one that dies ends torchrun.
         if trainer._read("the ranks' ready line", bounded=False) != {"ready": True}:
             raise RuntimeError("the rl trainer ranks did not start with a ready line")
         yield trainer
-        trainer._ask({"kind": "stop"})
-        ranks.wait()
+        trainer.close()
     finally:
         if ranks.poll() is None:
             terminate_group(ranks.pid)

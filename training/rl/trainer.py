@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.checkpoint import ADAPTER_FOLDER
 from passband.training.rl.monitoring.timeline import Span
+
+if TYPE_CHECKING:
+    from passband.training.rl.batches.batching import RolloutBatch
 
 
 @dataclass
@@ -88,6 +91,40 @@ class RLTrainer:
     base_dir: Path | None = None
     """What LoRA adapters sit on: the run's start model, or with `lora.start: continue` the base its adapter
     was trained on (None: the torchrun ranks', which refuse LoRA)."""
+
+
+class PolicyTrainer(Protocol):
+    """The RL trainer as the loop sees it, wherever it runs: in the flow's process
+    (tasks/steps/rl.py: InProcessTrainer) or on torchrun ranks (tasks/steps/rl_torchrun.py: RanksTrainer).
+    Built by tasks/steps/rl.py: rl_trainer, the one place that knows which."""
+
+    tokenizer: Any
+    weights_dir: Path
+    """Where the engine loads its first weights from (the start model or the resumed checkpoint)."""
+    base_dir: Path | None
+    """What LoRA adapters sit on (None: no adapters)."""
+    state: RLState
+
+    @property
+    def weights_root(self) -> Path:
+        """Where weight versions are published (training/weights/versions.py layout)."""
+
+    def update(self, batch: RolloutBatch, seed: int, version: int) -> dict[str, float]:
+        """One `rl_update` on `batch` (Clip-Cov's choice seeded with `seed`); its metrics. The weights it
+        leaves are weight version `version`."""
+
+    def publish(self, version: int) -> Path:
+        """The weights now, published as `version` under `weights_root` for whoever loads them; its folder."""
+
+    def hand_over(self, engine: Any, version: int, ahead: bool) -> Path | None:
+        """The update's weights (version `version`) to the rollouts: with `ahead`, published for the thread
+        sampling ahead; else into `engine`. The version folder this process wrote (None: it wrote none)."""
+
+    def save(self, out_dir: Path) -> Path:
+        """A checkpoint (weights, optimizer, RNG, `state`) of this iteration; its path."""
+
+    def close(self) -> None:
+        """Stop what the trainer runs on (its ranks); the flow then holds no trainer."""
 
 
 def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None = None,
