@@ -100,12 +100,15 @@ def _sync_weights(config: RLConfig, trainer: Any, engine: RolloutEngine, scratch
     from passband.tasks.steps.rl import push_weights
     from passband.tasks.steps.rl_torchrun import RanksTrainer
     from passband.training.rl.timeline import Span
+    from passband.training.rl.trainer import release_for_engine
     from passband.training.weights.versions import load_version
 
     start = time.time()
     ranks = isinstance(trainer, RanksTrainer)
     published = None
     if ahead is None:
+        if not ranks:  # the update's cached blocks back to the driver, which the waking engine allocates from
+            release_for_engine(trainer)
         engine.wake()  # asleep since the rollouts (sleep mode): the weights come back to take the update
     if ahead is not None:
         if not ranks:

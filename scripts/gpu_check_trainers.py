@@ -21,7 +21,7 @@ Models built from a config with random weights (no checkpoint can travel there):
 6. with --trl, TRL's GRPOTrainer on the same shape, batch and precision (scripts/gpu_check_trl.py):
    its step, generation and update seconds, and our update's speed over its update's.
 7. the hand-over to an engine: CUDA memory reserved by torch's allocator after the trainers, and after
-   the release the trainers make before an engine starts (training/sft/device.py release_device_memory).
+   the release the trainers make before an engine starts (training/heap.py release_device_memory).
 Each phase prints its `name: value` lines and appends one JSON line to `--out`/gpu_check.jsonl (default
 $OUT) as soon as it ends; a phase that fails is recorded and the next one runs (scripts/gpu_check_common.py).
 The last line holds every figure as one JSON object; the exit status is 1 if a phase failed.
@@ -282,7 +282,8 @@ def main() -> int:
     use_checkout()
     import torch
 
-    from passband.training.sft.device import release_device_memory, resolve_device
+    from passband.training.heap import release_device_memory
+    from passband.training.sft.device import resolve_device
     from passband.training.sft.precision import resolve_precision
 
     device = resolve_device(args.device)

@@ -28,7 +28,7 @@ from passband.tasks.steps.rl_torchrun import RanksTrainer, trainer_ranks
 from passband.training.engines.config import EngineConfig
 from passband.training.engines.protocol import RolloutEngine, Sample
 from passband.training.judge.judge import Judge
-from passband.training.rl.trainer import RLTrainer, open_trainer, save_trainer
+from passband.training.rl.trainer import RLTrainer, close_trainer, open_trainer, save_trainer
 from passband.training.sft.config import DistributedConfig
 from passband.training.weights.versions import load_version, publish_version
 
@@ -181,7 +181,11 @@ def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | No
     publish each update in `engine_config`'s dtype, as push_weights does, the `keep_versions`
     newest kept), stopped at the end."""
     if not distributed.launches_ranks:
-        yield open_rl_trainer(model_dir, tasks, algo, resume_uri)
+        trainer = open_rl_trainer(model_dir, tasks, algo, resume_uri)
+        try:
+            yield trainer
+        finally:  # its memory back for the engines that follow, whether the loop ended or raised
+            close_trainer(trainer)
         return
     resume_dir = fetch_artifact(resume_uri) if resume_uri else None
     with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, distributed, work_dir, engine_config,

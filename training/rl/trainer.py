@@ -130,6 +130,25 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state, base)
 
 
+def release_for_engine(trainer: RLTrainer) -> None:
+    """Hand the device to the engine after an update (before it wakes or loads the new weights): the
+    gradients dropped and torch's cached blocks (the update's activations, logits, autograd graph) back
+    to the driver, which vLLM's sleep mode allocates from when it wakes. The weights, AdamW state and
+    reference stay: the next update needs them (training/memory_model.py counts them beside the engine)."""
+    from passband.training.heap import release_device_memory
+
+    trainer.optimizer.zero_grad(set_to_none=True)
+    release_device_memory()
+
+
+def close_trainer(trainer: RLTrainer) -> None:
+    """The trainer's device memory back at its end, for the engines that follow (a pipeline's evaluation):
+    AdamW's moments and the gradients dropped and the cache emptied. The weights go when the caller drops
+    the trainer; the next engine's start-up empties the cache again (vllm_engine.check_device_room)."""
+    trainer.optimizer.state.clear()
+    release_for_engine(trainer)
+
+
 def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
     """The policy at `weights_dir`, dropout off, with the config's attention and activation checkpointing;
     with `on_meta` its weights are not read: parameters on the meta device (training/sft/meta_init.py)."""

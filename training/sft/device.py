@@ -7,7 +7,6 @@ what hardware exists. Batches are built on the host and moved once; metrics come
 
 from __future__ import annotations
 
-import gc
 import os
 
 import torch
@@ -43,16 +42,3 @@ def peak_memory_mb(device: torch.device) -> float:
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-
-def release_device_memory() -> None:
-    """This process's freed GPU memory back to the driver, at every hand-over from a trainer to an engine
-    and when a trainer closes (issue 67 item 1).
-
-    torch keeps freed CUDA blocks reserved for its next allocations, and a vLLM engine starting in
-    another process measures the device's free memory and refuses below total x memory_fraction
-    (vllm/v1/worker/utils.py request_memory); one waking from sleep mode allocates from the driver too.
-    `gc.collect()` first frees what only reference cycles kept (an autograd graph held by a frame or a
-    loss in a cycle), then `empty_cache` returns every unused block. What is still referenced (a live
-    model, AdamW's moments) stays: the caller drops those first. A no-op where CUDA never started."""
-    gc.collect()
-    torch.cuda.empty_cache()
