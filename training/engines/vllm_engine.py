@@ -263,9 +263,12 @@ class VLLMEngine:
     def load_state(self, tensors: Iterable[tuple[str, Any]]) -> None:
         """The update's tensors (the engine's dtype, on the trainer's device: the GPU this engine shares,
         or the CPU) through the same in-place reload as `load_weights`, no file between: with the engine
-        in this process (`in_process`) vLLM's worker receives the very tensors (vllm_weight_sync.py)."""
+        in this process (`in_process`) vLLM's worker receives the very iterator and reads one cast tensor
+        at a time (engine_dtype.py), so a full engine-dtype copy never exists at once; an engine in its
+        own processes gets them as a list (its RPC pickles its arguments)."""
         self.adapter = None
-        self.llm.collective_rpc("load_tensors_and_repack", args=(list(tensors), self.config.lm_head_fp32))
+        handed = tensors if self.config.in_process else list(tensors)
+        self.llm.collective_rpc("load_tensors_and_repack", args=(handed, self.config.lm_head_fp32))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self._trim_heap()
 
