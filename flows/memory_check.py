@@ -66,10 +66,24 @@ class Estimate:
         return lines
 
 
+@dataclass(frozen=True)
+class Unplaceable:
+    """A trainer whose `device` setting names a device this machine has not: the refusal, no estimate."""
+
+    where: str
+    reason: str
+
+    def problem(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+    def report(self) -> list[str]:
+        return [self.problem()]
+
+
 def estimates(config: BaseModel, where: str = "", ask_hub: bool = False,
-              target: Target | None = None) -> Iterator[Estimate | str]:
+              target: Target | None = None) -> Iterator[Estimate | Unplaceable | str]:
     """The estimate of every trainer in `config` (an RL or SFT config, or a pipeline holding them),
-    or a line saying why one has none; on `target` where given (a trainer set to device cpu stays there)."""
+    its refusal where its device is not here, or a line saying why one has none; on `target` where given (a trainer set to device cpu stays there)."""
     from passband.flows.rl.config import RLConfig
     from passband.flows.sft import SFTConfig
 
@@ -115,23 +129,33 @@ def device_bytes(device: Any, target: Target | None = None) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _placement(setting: str, precision_setting: str, target: Target | None) -> tuple[Any, str]:
-    """(device, precision) as the trainer would resolve them here, or on `target`."""
+def _placement(setting: str, precision_setting: str, target: Target | None) -> tuple[Any, str] | str:
+    """(device, precision) as the trainer would resolve them here, or on `target`; the one-line reason
+    when `setting` names a device this machine has not (`device: cuda` on a CPU box)."""
     import torch
 
     from passband.training.runtime.device import resolve_device
     from passband.training.runtime.precision import resolve_precision
 
-    device = torch.device(target.device_type) if target is not None and setting != "cpu" else resolve_device(setting)
+    if target is not None and setting != "cpu":
+        device = torch.device(target.device_type)
+    else:
+        try:  # resolve_device's ValueError is the user's setting, not a fault: a preflight line, not a traceback
+            device = resolve_device(setting)
+        except ValueError as err:
+            return str(err)
     return device, resolve_precision(precision_setting, device)
 
 
-def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) -> Estimate | str:
+def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) -> Estimate | Unplaceable | str:
     shape = model_shape(config.model, ask_hub)
     if isinstance(shape, str):
         return f"{where}: no memory estimate: {shape}"
     algo, engine, ranks = config.algo, config.engine, config.distributed.nproc_per_node
-    device, precision = _placement(algo.device, algo.precision, target)
+    placement = _placement(algo.device, algo.precision, target)
+    if isinstance(placement, str):
+        return Unplaceable(f"{where}.algo.device", placement)
+    device, precision = placement
     tokens = algo.micro_batch_size * engine.max_model_len
     trainer = _sharded(trainer_memory(
         shape, precision, tokens, algo.logprob_chunk_size, kl_reference=algo.kl_coef > 0,
@@ -150,7 +174,10 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
     local = config.rollout.workers == "local"
     engine_on_device = engine_bytes(shape, dtype, total, engine.memory_fraction, kv_gib) if local else 0
     sleeps = engine.kind == "vllm" and engine.sleeps_while_training(cuda)
-    fit = colocated_fit(trainer, engine_on_device, f"{device.type} device", total, sleeps)
+    # the synchronous loop releases the update's cache before the engine wakes; rollouts ahead sample
+    # during the update, so no hand-over frees it (flows/rl/loop.py)
+    releases = config.rollout.max_off_policy_steps == 0
+    fit = colocated_fit(trainer, engine_on_device, f"{device.type} device", total, sleeps, releases)
     assumptions = (f"{algo.micro_batch_size} sequences x {engine.max_model_len} tokens per micro-batch, {precision}, "
                    f"{algo.attention} attention, activation checkpointing {'on' if algo.activation_checkpointing else 'off'}"
                    + (f", {ranks} ranks" if ranks > 1 else "")
@@ -162,11 +189,15 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
     return Estimate(where, config.model, shape, trainer, fit, assumptions, tuple(remedies))
 
 
-def _sft_estimate(config: Any, stage: Any, where: str, ask_hub: bool, target: Target | None) -> Estimate | str:
+def _sft_estimate(config: Any, stage: Any, where: str, ask_hub: bool,
+                  target: Target | None) -> Estimate | Unplaceable | str:
     shape = model_shape(config.model, ask_hub)
     if isinstance(shape, str):
         return f"{where}: no memory estimate: {shape}"
-    device, precision = _placement(stage.device, stage.precision, target)
+    placement = _placement(stage.device, stage.precision, target)
+    if isinstance(placement, str):
+        return Unplaceable(where, placement)
+    device, precision = placement
     ranks = config.distributed.nproc_per_node
     trainer = _sharded(trainer_memory(
         shape, precision, stage.micro_batch_tokens, stage.loss_chunk_size,

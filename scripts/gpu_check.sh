@@ -23,7 +23,9 @@
 # runs only scripts/gpu_check_trainers.py (issue 50 item 6) with $PYTHON (default python3): torch with
 # CUDA, transformers and pydantic suffice (no vLLM, Prefect, MLflow, network, nor our package
 # installed); ARGS go to it (`--device cpu --shape tiny` on a machine without a GPU, as
-# tests/test_gpu_check_trainers.py runs it). The full run runs it right after `machine`, on CUDA.
+# tests/test_gpu_check_trainers.py runs it). The full run runs it right after `machine`, on CUDA. Each of its
+# phases prints its figures and appends them to $OUT/gpu_check.jsonl as it ends, so a phase that fails
+# (an import missing on the image) loses no other's (scripts/gpu_check_common.py).
 # `--trl` adds TRL's GRPOTrainer on the same shape and batch beside our RL update
 # (scripts/gpu_check_trl.py); TRL, datasets and pydantic travel to a bare image as wheels
 # (scripts/gpu_check_wheels.sh says how). Where one is lent, one call runs both shapes:

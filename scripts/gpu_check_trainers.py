@@ -20,18 +20,24 @@ Models built from a config with random weights (no checkpoint can travel there):
 5. 2 and 3 again on one FSDP2 rank (`fsdp_` figures), sharded as torchrun's ranks shard them;
 6. with --trl, TRL's GRPOTrainer on the same shape, batch and precision (scripts/gpu_check_trl.py):
    its step, generation and update seconds, and our update's speed over its update's.
-Prints one `name: value` line per figure and a last JSON line with all of them.
+7. the hand-over to an engine: CUDA memory reserved by torch's allocator after the trainers, and after
+   the release the trainers make before an engine starts (training/heap.py release_device_memory).
+Each phase prints its `name: value` lines and appends one JSON line to `--out`/gpu_check.jsonl (default
+$OUT) as soon as it ends; a phase that fails is recorded and the next one runs (scripts/gpu_check_common.py).
+The last line holds every figure as one JSON object; the exit status is 1 if a phase failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
+import os
 import sys
 import time
 import types
 from pathlib import Path
+
+from gpu_check_common import Phases, reset_peak, synchronize  # this script's folder is sys.path[0]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {  # LlamaConfig keywords; smollm2 = HuggingFaceTB/SmolLM2-135M-Instruct's config.json
@@ -58,20 +64,6 @@ def build_model(shape: str, seed: int):
     torch.manual_seed(seed)
     config = LlamaConfig(**SHAPES[shape], max_position_embeddings=4096, tie_word_embeddings=True)
     return LlamaForCausalLM(config).eval()  # eval: no dropout, deterministic log-probs (as the RL trainer)
-
-
-def synchronize(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def reset_peak(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
 
 
 def matmul_peak_tflops(device, seconds: float = 1.0) -> float:
@@ -196,7 +188,7 @@ def one_rank_checks(args: argparse.Namespace, device, precision: str, vocab: int
     (MixedPrecisionPolicy under bf16): a one-rank process group (NCCL on CUDA, gloo on the CPU), fresh
     weights of the same seed. Every figure is prefixed `fsdp_`; `fsdp_sft_loss` against `sft_loss` is
     the agreement (same weights, batches and steps; fp32 equal to float noise, bf16 to its rounding).
-    The RL updates train a fresh model on a batch of its own (the one-process updates followed SFT)."""
+    The RL updates train a fresh model on a batch of its own, as the one-process row does."""
     import torch
 
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -271,7 +263,7 @@ def num_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
@@ -283,49 +275,72 @@ def main() -> None:
     parser.add_argument("--response-len", type=int, default=384)
     parser.add_argument("--prompts", type=int, default=4, help="prompts of the RL batch (x 8 rollouts each)")
     parser.add_argument("--trl", action="store_true", help="also TRL's GRPOTrainer on the same batch (trl importable)")
+    parser.add_argument("--out", default=os.environ.get("OUT"),
+                        help="folder of gpu_check.jsonl, one line per phase (default $OUT; unset: printed only)")
     args = parser.parse_args()
 
     use_checkout()
     import torch
 
+    from passband.training.heap import release_device_memory
     from passband.training.runtime.device import resolve_device
     from passband.training.runtime.precision import resolve_precision
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
-    figures: dict[str, object] = {"device": str(device), "device_name": torch.cuda.get_device_name(device)
-                                  if device.type == "cuda" else "cpu", "precision": precision, "shape": args.shape,
-                                  "torch": torch.__version__}
-    figures["matmul_peak_tflops"] = matmul_peak_tflops(device)
-    model = build_model(args.shape, seed=0).to(device)
-    figures["parameters"] = num_parameters(model)
     vocab = SHAPES[args.shape]["vocab_size"]
-    reset_peak(device)
-    figures.update(sft_check(model, device, precision, args.seq_len, args.rows, args.steps, vocab))
-    model.set_attn_implementation("eager")  # the RL trainer's default kernel, the batch's log-probs included
-    batch = rollout_batch(model, args.prompt_len, args.response_len, args.prompts, 8, vocab)
-    reset_peak(device)
-    figures.update(rl_check(model, device, precision, batch, args.steps))
-    del model
-    figures.update(agreement_check(device, precision))
-    figures.update(one_rank_checks(args, device, precision, vocab))
-    figures["fsdp_sft_loss_diff"] = abs(figures["fsdp_sft_loss"] - figures["sft_loss"])
-    for phase in ("sft", "rl"):
-        figures[f"{phase}_mfu"] = figures[f"{phase}_tflops"] / figures["matmul_peak_tflops"]
+    phases = Phases(args.out)
+    figures = phases.figures  # every figure of the phases that ended
+    with phases.phase("machine") as found:
+        found |= {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+                  else "cpu", "precision": precision, "shape": args.shape, "torch": torch.__version__,
+                  "matmul_peak_tflops": matmul_peak_tflops(device)}
+    with phases.phase("sft") as found:
+        model = build_model(args.shape, seed=0).to(device)
+        found["parameters"] = num_parameters(model)
+        reset_peak(device)
+        found |= sft_check(model, device, precision, args.seq_len, args.rows, args.steps, vocab)
+        found["sft_mfu"] = found["sft_tflops"] / figures["matmul_peak_tflops"]
+    with phases.phase("rl") as found:
+        model = build_model(args.shape, seed=0).to(device)  # the same start weights; SFT's steps do not carry over
+        model.set_attn_implementation("eager")  # the RL trainer's default kernel, the batch's log-probs included
+        batch = rollout_batch(model, args.prompt_len, args.response_len, args.prompts, 8, vocab)
+        reset_peak(device)
+        found |= rl_check(model, device, precision, batch, args.steps)
+        found["rl_mfu"] = found["rl_tflops"] / figures["matmul_peak_tflops"]
+    with phases.phase("handover") as found:
+        found["handover_reserved_mb_before"] = reserved_mb(device)
+        del model
+        release_device_memory()
+        found["handover_reserved_mb_after"] = reserved_mb(device)
+    with phases.phase("agreement") as found:
+        found |= agreement_check(device, precision)
+    with phases.phase("fsdp") as found:
+        found |= one_rank_checks(args, device, precision, vocab)
+        found["fsdp_sft_loss_diff"] = abs(found["fsdp_sft_loss"] - figures["sft_loss"])
     if args.trl:
-        from gpu_check_trl import trl_check  # this script's folder is sys.path[0]
+        with phases.phase("trl") as found:
+            from gpu_check_trl import trl_check
 
-        figures.update(trl_check(build_model(args.shape, seed=0), device, precision, args.prompt_len,
-                                 args.response_len, args.prompts, args.steps, vocab))
-        figures["rl_update_speedup_over_trl"] = figures["trl_update_s"] / figures["rl_update_s"]
-    figures.update(modelled_peaks(args, device, precision))
-    for phase in ("sft", "rl"):
-        figures[f"{phase}_peak_over_model"] = figures[f"{phase}_peak_memory_mb"] / figures[f"{phase}_model_peak_mb"]
-    figures["imports_flows_or_tasks"] = any(name.startswith(("passband.flows", "passband.tasks")) for name in sys.modules)
-    for name, value in figures.items():
-        print(f"{name}: {value:.4g}" if isinstance(value, float) else f"{name}: {value}")
-    print(json.dumps(figures))
+            found |= trl_check(build_model(args.shape, seed=0), device, precision, args.prompt_len,
+                               args.response_len, args.prompts, args.steps, vocab)
+            found["rl_update_speedup_over_trl"] = found["trl_update_s"] / figures["rl_update_s"]
+    with phases.phase("memory_model") as found:
+        found |= modelled_peaks(args, device, precision)
+        for name in ("sft", "rl"):
+            found[f"{name}_peak_over_model"] = figures[f"{name}_peak_memory_mb"] / found[f"{name}_model_peak_mb"]
+    with phases.phase("imports") as found:
+        found["imports_flows_or_tasks"] = any(name.startswith(("passband.flows", "passband.tasks"))
+                                              for name in sys.modules)
+    return phases.finish()
+
+
+def reserved_mb(device) -> float:
+    """What torch's CUDA allocator holds from the driver (live tensors and its cache); 0 off CUDA."""
+    import torch
+
+    return torch.cuda.memory_reserved(device) / 2**20 if device.type == "cuda" else 0.0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -49,7 +49,7 @@ def trl_check(model, device, precision: str, prompt_len: int, response_len: int,
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from gpu_check_trainers import reset_peak, synchronize  # the sibling script that calls this one
+    from gpu_check_common import reset_peak, synchronize  # the scripts' shared pieces (this folder is on sys.path)
 
     generate_seconds: list[float] = []
 

@@ -80,7 +80,16 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         )
     )
     if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
+        restore_cuda_rng(state["cuda"])
+
+
+def restore_cuda_rng(states: list[torch.Tensor]) -> None:
+    """Device i's generator from `states[i]`, for the devices visible now: a checkpoint saved where 8
+    GPUs were visible resumes on 2 (or none) with the first 2 restored. torch's `set_rng_state_all`
+    indexes `default_generators[i]` past the device count (IndexError on every rank); a resume at
+    another rank count cannot continue the others' streams anyway."""
+    for index, state in enumerate(states[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(state, index)
 
 
 def save_checkpoint(

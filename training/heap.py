@@ -9,12 +9,16 @@ high-water mark of past phases, and a process that idles while its neighbour pea
 while the trainer trains, in the RL flow) adds its stale heap to the machine's peak.
 `malloc_trim(0)` returns every whole free page of every arena (glibc >= 2.8 also inside the heaps,
 with madvise).
+
+The GPU's counterpart, `release_device_memory`: torch's CUDA allocator keeps freed blocks reserved
+the way malloc keeps freed chunks, and an engine beside the trainer needs them back.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 
 
 def trim_heap() -> bool:
@@ -22,3 +26,19 @@ def trim_heap() -> bool:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     trim = getattr(libc, "malloc_trim", None)  # glibc only (musl has none)
     return bool(trim is not None and trim(0))
+
+
+def release_device_memory() -> None:
+    """This process's freed GPU memory back to the driver, at every hand-over from a trainer to an engine
+    and when a trainer closes (issue 67 item 1).
+
+    torch keeps freed CUDA blocks reserved for its next allocations, and a vLLM engine starting in
+    another process measures the device's free memory and refuses below total x memory_fraction
+    (vllm/v1/worker/utils.py request_memory); one waking from sleep mode allocates from the driver too.
+    `gc.collect()` first frees what only reference cycles kept (an autograd graph held by a frame or a
+    loss in a cycle), then `empty_cache` returns every unused block. What is still referenced (a live
+    model, AdamW's moments) stays: the caller drops those first. A no-op where CUDA never started."""
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()

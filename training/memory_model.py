@@ -34,7 +34,9 @@ a chunk's fp32 logits, their log-softmax and, backward, their gradient (3 x chun
 Engine (vLLM): `memory_fraction` of the device for its weights, activations and KV cache together
 (its `gpu_memory_utilization`), or its weights plus `kv_cache_gib`. Put to sleep while the trainer
 updates (vLLM sleep mode, level 1: weights offloaded to host memory, KV cache freed) it holds
-nothing on the device during the update.
+nothing on the device during the update. Beside the sampling engine the trainer holds its persistent
+state where it empties its CUDA cache at the hand-over (the synchronous loop does), else its peak:
+torch keeps freed blocks reserved (`colocated_fit`).
 """
 
 from __future__ import annotations
@@ -227,11 +229,16 @@ class DeviceFit:
                 f"{gib(self.device_bytes):.1f} GiB")
 
 
-def colocated_fit(trainer: TrainerMemory, engine: int, device: str, device_bytes: int, engine_sleeps: bool) -> DeviceFit:
+def colocated_fit(trainer: TrainerMemory, engine: int, device: str, device_bytes: int, engine_sleeps: bool,
+                  trainer_releases: bool = True) -> DeviceFit:
     """Trainer and engine on one device: the update with the engine asleep (nothing of it on the
-    device) or awake beside it, and the rollout with the trainer's persistent state beside the engine."""
+    device) or awake beside it, and the rollout with what the trainer still holds beside the engine: its
+    persistent state where it releases its cached blocks at the hand-over (`trainer_releases`: the
+    synchronous loop's release_device_memory before the engine wakes), else its peak, which torch's
+    allocator keeps reserved (vLLM's sleep mode takes its memory from the driver, not from that cache)."""
+    held = trainer.persistent if trainer_releases else trainer.peak
     return DeviceFit(device, device_bytes, {"training": trainer.peak + (0 if engine_sleeps else engine),
-                                            "rollout": trainer.persistent + engine})
+                                            "rollout": held + engine})
 
 
 def gib(num_bytes: float) -> float:

@@ -89,6 +89,7 @@ def _sync_weights(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngin
 
     start = time.time()
     if ahead is None:
+        trainer.release()  # the update's cached blocks back to the driver, which the waking engine allocates from
         engine.wake()  # asleep since the rollouts (sleep mode): the weights come back to take the update
     published = trainer.hand_over(engine, iteration, ahead is not None)
     return Span("trainer", "weight_publish" if ahead is not None else "weight_sync", start, time.time()), published

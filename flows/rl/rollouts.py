@@ -90,7 +90,6 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     import time
 
     from passband.tasks.steps.rl import score_rollouts
-    from passband.tasks.steps.rollout import generate
     from passband.training.chat import render_prompt
     from passband.training.rl.batches.prompt_cursor import draw_prompts
     from passband.training.rl.monitoring.timeline import Span
@@ -102,11 +101,9 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
     rollout_start = time.time()
     sampling = config.sampling.model_copy(update={"seed": seed})
-    episode_counts: dict[str, float] = {}
-    if config.math_tool is None and config.code_feedback is None:
-        samples, _ = generate(engine, prompts, sampling)
-    else:
-        samples, episode_counts = _episode_samples(config, tokenizer, engine, rows, prompts, sampling)
+    # one path whatever the settings: episode_setups alone decides which tasks are multi-turn (math_tool,
+    # code_feedback and every user environment), as evaluation and curation ask it; none: all single-turn
+    samples, episode_counts = _episode_samples(config, tokenizer, engine, rows, prompts, sampling)
     scoring_start = time.time()
     rewards, valid, counts, judged, verdicts = score_rollouts(rows, samples, config.reward.verifiers, judges)
     counts = counts | episode_counts
@@ -119,9 +116,9 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
 
 def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, rows: list[dict], prompts: list[str],
                      sampling: SamplingConfig) -> tuple[list[list[Sample]], dict[str, float]]:
-    """(samples per row, the episodes' counts) with config.math_tool and/or config.code_feedback: math rows as
-    episodes with the Python tool, code rows with test feedback (training/episodes/, under the
-    environment's system message instead of system_prompt), the others single-turn as without them. An
+    """(samples per row, the episodes' counts): the rows of the tasks episode_setups runs as episodes
+    (math_tool's Python tool, code_feedback's test feedback, the user's `environments`; under the
+    environment's system message instead of system_prompt), the others single-turn. An
     episode's sample holds its tokens after the prompt with their loss mask, and its text is the last
     turn's, which the task's verifier scores as a single-turn answer."""
     from passband.tasks.steps.rollout import generate

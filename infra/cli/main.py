@@ -329,7 +329,7 @@ def doctor(flow_name: str | None, preset: str | None, config_files: tuple[Path, 
     if flow_name is None:
         return
     from passband.flows.config import ConfigError, resolve_config
-    from passband.flows.memory_check import Estimate, Target, estimates
+    from passband.flows.memory_check import Estimate, Target, Unplaceable, estimates
 
     try:
         config = resolve_config(load_flow(flow_name)[1], flow_name, preset, config_files, list(overrides))
@@ -338,7 +338,7 @@ def doctor(flow_name: str | None, preset: str | None, config_files: tuple[Path, 
     target = Target("cuda", int(gpu_gib * 2**30)) if gpu_gib else None
     click.echo(f"memory ({'a ' + format(gpu_gib, 'g') + ' GiB GPU' if target else 'this machine'}):")
     for estimate in estimates(config, ask_hub=True, target=target):
-        click.echo("\n".join(estimate.report()) if isinstance(estimate, Estimate) else estimate)
+        click.echo("\n".join(estimate.report()) if isinstance(estimate, (Estimate, Unplaceable)) else estimate)
 
 
 @main.command()

@@ -4,6 +4,10 @@
 that would fail when its stage starts fails at once, in one line per problem. The config's own
 validation has already checked what needs no file (settings, cross-stage references, that local
 paths exist); this reads the files themselves, a few rows each (curation/suites/sniff.py).
+
+First of all, before a file is read (a row may name a task of the user's, which reading would
+import), every use of the user's own code is found, and without PASSBAND_ALLOW_USER_CODE=1 the
+config is refused in one line naming them all (`user_code_of`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from passband.curation.catalog.user import OPT_IN, is_import_path, names_user_code, user_code_allowed
 from passband.curation.suites.sniff import Sniff, merge, sniff_problems
 from passband.curation.suites.source import ProblemSource
 from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
+from passband.training.episodes.setups import EnvironmentConfig
 from passband.training.sft.config import StageConfig
 from passband.training.sft.sources import sniff_chat_file
 
@@ -44,8 +50,55 @@ def sources_of(config: Any, where: str = "") -> Iterator[tuple[str, ProblemSourc
             yield from sources_of(value, f"{where}.{index}")
 
 
+TASK_KEYED = ("datasets", "tasks", "rewards", "judges", "environments")
+"""Maps whose keys are task names (RL's datasets, curate's tasks, rewards, judges, environments): a key
+that is an import path or a `passband.tasks` entry point is a task of the user's code."""
+
+
+def user_code_of(config: Any, where: str = "", field: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted setting, name) of every use of the user's own code in a config, nested sections
+    included: a task (a source's `task`, a task-keyed map's key) that is an import path or an entry
+    point, a reward function's import path (`rewards`; a reward server's URL runs none), an
+    environment's import path."""
+    if isinstance(config, EnvironmentConfig):
+        yield f"{where}.environment", config.environment
+    elif isinstance(config, ProblemSource):
+        if config.task and names_user_code(config.task):
+            yield f"{where}.task", config.task
+    elif isinstance(config, BaseModel):
+        for name in type(config).model_fields:
+            yield from user_code_of(getattr(config, name), f"{where}.{name}" if where else name, name)
+    elif isinstance(config, dict):
+        for key, value in config.items():
+            if field in TASK_KEYED and names_user_code(key):
+                yield f"{where}.{key}", key
+            if field == "rewards" and isinstance(value, str) and is_import_path(value):
+                yield f"{where}.{key}", value
+            yield from user_code_of(value, f"{where}.{key}")
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            yield from user_code_of(value, f"{where}.{index}")
+
+
+def user_code_refusal(config: BaseModel) -> str | None:
+    """The one line refusing `config` when it uses the user's code without the opt-in; None otherwise."""
+    if user_code_allowed():
+        return None
+    uses: dict[str, str] = {}  # name -> the first setting that names it
+    for where, name in user_code_of(config):
+        uses.setdefault(name, where)
+    if not uses:
+        return None
+    named = ", ".join(f"{where}: {name}" for name, where in uses.items())
+    return f"your own code would run inside passband's process ({named}): set {OPT_IN}=1 to allow it"
+
+
 def preflight(config: BaseModel) -> Sniff:
-    """Every source's problems and notes, each prefixed with the setting that names it."""
+    """Every source's problems and notes, each prefixed with the setting that names it; only the
+    user-code refusal when there is one (reading the rows would import that code)."""
+    refused = user_code_refusal(config)
+    if refused:
+        return Sniff(problems=[refused])
     looks, seen = [], set()
     for where, source in sources_of(config):
         key = source if isinstance(source, str) else (source.path, source.task, tuple(source.column_map.items()),

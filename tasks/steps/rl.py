@@ -31,7 +31,8 @@ from passband.training.engines.protocol import RolloutEngine, Sample
 from passband.training.judge.judge import Judge
 from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.trainer import PolicyTrainer, RLState, RLTrainer, open_trainer, save_trainer
+from passband.training.rl.trainer import (PolicyTrainer, RLState, RLTrainer, close_trainer, open_trainer,
+                                          release_for_engine, save_trainer)
 from passband.training.runtime.config import DistributedConfig
 from passband.training.weights.versions import load_version, publish_version
 
@@ -236,8 +237,13 @@ class InProcessTrainer:
     def save(self, out_dir: Path) -> Path:
         return save_trainer(self.trainer, out_dir)
 
+    def release(self) -> None:
+        release_for_engine(self.trainer)
+
     def close(self) -> None:
-        """Nothing runs beside this process: the model goes with the object."""
+        """Nothing runs beside this process: AdamW's state and the device's cache go now (close_trainer),
+        the model with the object."""
+        close_trainer(self.trainer)
 
 
 @contextmanager
@@ -251,8 +257,10 @@ def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | No
     if not distributed.launches_ranks:
         trainer = InProcessTrainer(open_rl_trainer(model_dir, tasks, algo, resume_uri), algo, engine_config, scratch,
                                    keep_versions, adapter_only)
-        yield trainer
-        trainer.close()
+        try:
+            yield trainer
+        finally:  # its memory back for the engines that follow, whether the loop ended or raised
+            trainer.close()
         return
     resume_dir = fetch_artifact(resume_uri) if resume_uri else None
     with trainer_ranks(Path(model_dir), tasks, algo, resume_dir, distributed, scratch / "ranks", engine_config,

@@ -117,6 +117,9 @@ class RanksTrainer:
             load_version(engine, self.weights_root, version)
         return None
 
+    def release(self) -> None:
+        """Nothing here: each rank hands its device back itself after every update (training/rl/launch.py)."""
+
     def broadcast_into(self, engine: Any) -> None:
         """The weights the ranks hold now, sent into the flow's vLLM `engine` by NCCL broadcast
         (EngineConfig.weight_transfer 'nccl', training/engines/vllm_broadcast.py); the first call opens

@@ -12,7 +12,6 @@ those keys, newest first; the store needs no listing.
 
 from __future__ import annotations
 
-import gc
 import shutil
 import statistics
 from dataclasses import dataclass
@@ -93,6 +92,7 @@ def train_sft_stage(
     from passband.tasks.steps.sft_torchrun import torchrun_stage
     from passband.training.model_source import load_causal_lm, load_tokenizer
     from passband.training.sft import loop
+    from passband.training.heap import release_device_memory
     from passband.training.sft.sampler import count_steps
 
     logger = get_run_logger()
@@ -145,8 +145,8 @@ def train_sft_stage(
             model = load_causal_lm(Path(start_dir))
             loop.train_stage(model, load_tokenizer(Path(start_dir)), examples, stage, scratch,
                              resume_from=resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
-            del model
-            gc.collect()
+            del model  # with the loop's AdamW and graph gone too, the cache goes back to the driver for the
+            release_device_memory()  # engine that follows (an evaluation; vLLM refuses below its memory_fraction)
     return StageOutcome(store.uri(checkpoint_key(stage_key, stage.name, total_steps)), status, total_steps,
                         record["steps_run"], record["loss"], statistics.median(record["tokens_per_s"]),
                         record["peak_memory_mb"])

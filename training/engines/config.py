@@ -98,15 +98,19 @@ class EngineConfig(BaseModel):
     """vLLM on CUDA: start the engine with sleep mode and put it to sleep while the trainer updates
     (level 1: weights offloaded to host memory, KV cache freed), waking it for the weight sync and the
     rollouts, so trainer and engine take turns on one GPU (training/memory_model.py: colocated_fit).
-    None: on where that is so, the engine in the trainer's process (`in_process`) on CUDA; true
-    elsewhere is refused (vLLM's sleep mode needs CUDA's allocator)."""
+    None: on where that is so, the engine in the trainer's process (`in_process`) on CUDA, off with
+    `weight_transfer: nccl`, where the engine has a GPU of its own and sleeping would only copy its
+    weights to the host and back each iteration; true elsewhere is refused (vLLM's sleep mode needs
+    CUDA's allocator)."""
 
     def sleeps_while_training(self, cuda: bool) -> bool:
         """`sleep_while_training` decided for a machine with (`cuda`) or without a GPU."""
         if self.sleep_while_training and not cuda:
             raise ValueError("engine.sleep_while_training: true needs CUDA (vLLM's sleep mode frees GPU memory "
                              "through CUDA's allocator); this machine has none: leave it null")
-        return self.sleep_while_training if self.sleep_while_training is not None else (cuda and self.in_process)
+        if self.sleep_while_training is not None:
+            return self.sleep_while_training
+        return cuda and self.in_process and self.weight_transfer != "nccl"  # nccl: the engine's GPU is its own
 
     def resolved_dtype(self) -> EngineDtype:
         """`dtype` with `auto` decided on this machine: what the engine runs in and what RL publishes

@@ -41,11 +41,16 @@ class HFEngine:
 
     name = "hf"
 
-    def __init__(self, model_dir: Path, config: EngineConfig = EngineConfig(kind="hf"), batch_size: int = 16):
+    def __init__(self, model_dir: Path, config: EngineConfig = EngineConfig(kind="hf"), batch_size: int = 16,
+                 device: torch.device | None = None):
         from passband.training.model_source import load_causal_lm, load_tokenizer
 
         self.config = config
-        self.model = load_causal_lm(Path(model_dir), "float32").eval()
+        # the GPU when torch sees one, the same test `resolved_dtype` makes when it picks bf16 for it:
+        # bf16 on the CPU of a GPU machine would be the slowest of both
+        self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        """Where the model samples; the prompts are encoded on the host and moved there once per batch."""
+        self.model = load_causal_lm(Path(model_dir), "float32").eval().to(self.device)
         _cast_body(self.model, config.resolved_dtype(), config.lm_head_fp32)
         # the head's input (the last hidden state) arrives in the body's dtype; an fp32 head
         # computes in fp32 only if its input is cast too
@@ -85,6 +90,7 @@ class HFEngine:
                 enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
             else:  # token-id prompts (a multi-turn episode's context) are continued as they are
                 enc = tok.pad({"input_ids": chunk}, return_tensors="pt")
+            enc = enc.to(self.device)
             out = self.model.generate(
                 **enc,
                 do_sample=settings.temperature > 0,

@@ -28,10 +28,18 @@ def kv_bytes_per_token(model_dir: Path, dtype: str) -> int:
     return shape_kv_bytes_per_token(shape, dtype)
 
 
+NULL_BLOCKS = 1
+"""Blocks vLLM's pool holds back for good (BlockPool's null block): it checks that the cache less one
+block holds a max_model_len sequence (vllm/v1/core/kv_cache_utils.py: check_enough_kv_cache_memory
+subtracts `_pool_bytes_per_block`), and a batch never gets that block either."""
+
+
 def batch_kv_cache_gib(model_dir: Path, dtype: str, num_sequences: int, max_sequence_tokens: int) -> float:
     """GiB of KV cache that holds `num_sequences` sequences of up to `max_sequence_tokens` tokens at
-    once, each in whole blocks (a group's shared prompt blocks are counted once per sequence: slack)."""
-    blocks = num_sequences * math.ceil(max_sequence_tokens / BLOCK_TOKENS)
+    once, each in whole blocks (a group's shared prompt blocks are counted once per sequence: slack),
+    plus the block vLLM holds back. A whole number of blocks of whole bytes: vLLM divides the bytes
+    it is given by a block's, so no rounding loses one."""
+    blocks = num_sequences * math.ceil(max_sequence_tokens / BLOCK_TOKENS) + NULL_BLOCKS
     return blocks * BLOCK_TOKENS * kv_bytes_per_token(model_dir, dtype) / 2**30
 
 
@@ -39,7 +47,8 @@ def rollout_kv_cache_gib(model_dir: Path, dtype: str, tokenizer: Any, prompts: l
                          num_sequences: int, max_tokens: int, max_model_len: int) -> float:
     """`batch_kv_cache_gib` for a rollout batch of `num_sequences` drawn from `prompts` (chat prompts,
     rendered with `system_prompt`): the longest rendered prompt + `max_tokens` per sequence, and never
-    less than one `max_model_len` sequence (vLLM refuses a cache that cannot hold one)."""
+    less than one `max_model_len` sequence beside the null block (vLLM refuses a cache that cannot
+    hold one: "... GiB KV cache is needed, which is larger than the available KV cache memory")."""
     from passband.training.chat import encode_prompt
 
     longest = max(len(encode_prompt(tokenizer, prompt, system_prompt)) for prompt in prompts)

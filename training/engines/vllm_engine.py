@@ -87,6 +87,42 @@ def _host_state_kept(in_process: bool) -> Iterator[None]:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
 
 
+def check_device_room(memory_fraction: float) -> None:
+    """Refuse in one line, before vLLM starts, an engine that its start-up check would refuse, saying
+    what holds the memory (issue 67 item 1).
+
+    vLLM's worker (on the process's first GPU, cuda:0, with tensor parallelism 1) measures the device's
+    free memory and refuses to start below total x `gpu_memory_utilization`, whatever the fixed KV-cache
+    size (vllm/v1/worker/gpu_worker.py init_device -> utils.py request_memory). It empties the cache of
+    its own process first, which is this one only with `in_process`: so this process's freed blocks go
+    back to the driver here (release_device_memory), and what still holds memory is named."""
+    import torch
+
+    from passband.training.heap import release_device_memory
+
+    release_device_memory()
+    free, total = torch.cuda.mem_get_info(0)
+    problem = device_room_problem(memory_fraction, total, free, torch.cuda.memory_allocated(0),
+                                  torch.cuda.memory_reserved(0))
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def device_room_problem(memory_fraction: float, total: int, free: int, allocated: int, reserved: int) -> str | None:
+    """The one line refusing an engine that asks `memory_fraction` of a device of `total` bytes with `free`
+    free, this process's tensors holding `allocated` of its `reserved` bytes; None when it fits."""
+    asked = memory_fraction * total
+    if free >= asked:
+        return None
+    gib = 2**30
+    return (f"engine.memory_fraction {memory_fraction} asks vLLM for {asked / gib:.1f} GiB of cuda:0's "
+            f"{total / gib:.1f} GiB, but {free / gib:.1f} GiB is free: this process's live tensors hold "
+            f"{allocated / gib:.1f} GiB (a trainer's weights, AdamW state or autograd graph still referenced), "
+            f"torch's cache {(reserved - allocated) / gib:.1f} GiB more, other processes "
+            f"{(total - free - reserved) / gib:.1f} GiB; free those or set engine.memory_fraction at most "
+            f"{int(free / total * 100) / 100:.2f}")
+
+
 class VLLMEngine:
     """A vLLM `LLM` that takes new weights in place between generations."""
 
@@ -108,6 +144,8 @@ class VLLMEngine:
         import torch
 
         self.config = config
+        if torch.cuda.is_available():
+            check_device_room(config.memory_fraction)
         self.sleeps = config.sleeps_while_training(torch.cuda.is_available())
         """Sleep mode is on: `sleep` frees the engine's GPU memory while the trainer updates."""
         self.asleep = False
@@ -225,9 +263,12 @@ class VLLMEngine:
     def load_state(self, tensors: Iterable[tuple[str, Any]]) -> None:
         """The update's tensors (the engine's dtype, on the trainer's device: the GPU this engine shares,
         or the CPU) through the same in-place reload as `load_weights`, no file between: with the engine
-        in this process (`in_process`) vLLM's worker receives the very tensors (vllm_weight_sync.py)."""
+        in this process (`in_process`) vLLM's worker receives the very iterator and reads one cast tensor
+        at a time (engine_dtype.py), so a full engine-dtype copy never exists at once; an engine in its
+        own processes gets them as a list (its RPC pickles its arguments)."""
         self.adapter = None
-        self.llm.collective_rpc("load_tensors_and_repack", args=(list(tensors), self.config.lm_head_fp32))
+        handed = tensors if self.config.in_process else list(tensors)
+        self.llm.collective_rpc("load_tensors_and_repack", args=(handed, self.config.lm_head_fp32))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self._trim_heap()
 

@@ -22,6 +22,7 @@ next sync the old handles are dead weight beside the trainer. Dropping the layer
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -44,15 +45,23 @@ class WeightSyncExtension:
             self.load_fp32_lm_head(weights_path)
         return repacked
 
-    def load_tensors_and_repack(self, tensors: list[tuple[str, torch.Tensor]], fp32_lm_head: bool = False) -> int:
+    def load_tensors_and_repack(self, tensors: Iterable[tuple[str, torch.Tensor]], fp32_lm_head: bool = False) -> int:
         """`reload_weights_and_repack` from tensors handed over in memory (checkpoint names, the
-        engine's dtype, an fp32 head with `fp32_lm_head`) instead of a folder of safetensors."""
-        self.reload_weights(weights_iterator=iter(tensors), is_checkpoint_format=True)
+        engine's dtype, an fp32 head with `fp32_lm_head`) instead of a folder of safetensors. In process
+        `tensors` is the trainer's generator itself (engine_dtype.engine_tensors), read one cast tensor at
+        a time; only the fp32 head is kept past its turn, to be set after the reload."""
+        heads: dict[str, torch.Tensor] = {}
+
+        def passing() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, tensor in tensors:
+                if fp32_lm_head and name in HEAD_KEYS:
+                    heads[name] = tensor
+                yield name, tensor
+
+        self.reload_weights(weights_iterator=passing(), is_checkpoint_format=True)
         repacked = self._repack_kept_weights()
         if fp32_lm_head:
-            by_name = dict(tensors)
-            key = next(key for key in HEAD_KEYS if key in by_name)
-            self._set_fp32_head(by_name[key])
+            self._set_fp32_head(heads[next(key for key in HEAD_KEYS if key in heads)])
         return repacked
 
     def _repack_kept_weights(self) -> int:

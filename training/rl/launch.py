@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.ranks import shard_policy, unwrap
-from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference
+from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference, release_for_engine
 from passband.training.runtime.distributed import close_process_group, open_process_group, rank, world_size
 
 
@@ -200,6 +200,7 @@ def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], lin
         batch = RolloutBatch(**request["batch"])
         generator = torch.Generator().manual_seed(request["seed"])
         metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
+        release_for_engine(trainer)  # a rank beside the flow's engine on its GPU hands its cached blocks back
         if request["version"] is None:  # the flow has them broadcast next
             return {"metrics": metrics, "weights": None}
         return {"metrics": metrics, "weights": str(publish_weights(trainer, config, request["version"]))}

@@ -120,6 +120,10 @@ class PolicyTrainer(Protocol):
         """The update's weights (version `version`) to the rollouts: with `ahead`, published for the thread
         sampling ahead; else into `engine`. The version folder this process wrote (None: it wrote none)."""
 
+    def release(self) -> None:
+        """The device's cached memory back to the driver before an engine wakes on it (issue 67 item 1); the
+        ranks release in their own processes after each update, so theirs does nothing."""
+
     def save(self, out_dir: Path) -> Path:
         """A checkpoint (weights, optimizer, RNG, `state`) of this iteration; its path."""
 
@@ -165,6 +169,25 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     if algo.kl_coef > 0:  # with adapters the reference is the policy itself, adapters off (update.py)
         ref_model = model if algo.lora else load_reference(Path(model_dir), algo).to(device)
     return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state, base)
+
+
+def release_for_engine(trainer: RLTrainer) -> None:
+    """Hand the device to the engine after an update (before it wakes or loads the new weights): the
+    gradients dropped and torch's cached blocks (the update's activations, logits, autograd graph) back
+    to the driver, which vLLM's sleep mode allocates from when it wakes. The weights, AdamW state and
+    reference stay: the next update needs them (training/memory_model.py counts them beside the engine)."""
+    from passband.training.heap import release_device_memory
+
+    trainer.optimizer.zero_grad(set_to_none=True)
+    release_device_memory()
+
+
+def close_trainer(trainer: RLTrainer) -> None:
+    """The trainer's device memory back at its end, for the engines that follow (a pipeline's evaluation):
+    AdamW's moments and the gradients dropped and the cache emptied. The weights go when the caller drops
+    the trainer; the next engine's start-up empties the cache again (vllm_engine.check_device_room)."""
+    trainer.optimizer.state.clear()
+    release_for_engine(trainer)
 
 
 def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:

@@ -7,7 +7,10 @@ computes its logits, reduces them to one log-prob per token, and drops them; the
 Peak extra memory is O(chunk_size * V) in forward and backward.
 
 On CUDA with `liger_kernel` installed, `chunked_lm_loss` uses Liger's fused linear cross-entropy
-(the same idea in Triton, with the gradient computed during forward).
+(the same idea in Triton, with the gradient computed during forward). Its chunk matmuls are plain
+torch matmuls, so under bf16 autocast they would run in bf16 while the CPU's path below keeps the
+head in fp32: the same config would compute another loss on each device. Liger is therefore called
+with autocast off and fp32 inputs (`head_fp32`, the default), as the head below is.
 
 Log-softmax is always computed in fp32 (the hidden states and head weight are upcast per chunk),
 which is also what the RL mismatch metric needs from `logprobs_of_tokens`. Under bf16 autocast the
@@ -80,13 +83,15 @@ def chunked_lm_loss(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     reduction: str = "sum",
     use_liger: bool = True,
+    head_fp32: bool = True,
 ) -> torch.Tensor:
     """Cross-entropy of `hidden @ lm_head_weight.T` against `labels`, equal to F.cross_entropy on full logits.
 
     hidden: [N, H]; lm_head_weight: [V, H]; labels: [N] with IGNORE_INDEX for positions without loss
     (labels are the targets of each position: shift before calling). reduction "sum" adds the
     per-token losses; "mean" divides by the number of non-ignored labels (NaN when there are none,
-    like torch). Returns a 0-dim fp32 tensor.
+    like torch). Returns a 0-dim fp32 tensor. `head_fp32` False leaves Liger's matmuls to the caller's
+    autocast (bf16: faster, not the CPU's loss); the chunked path below is fp32 either way.
     """
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
@@ -94,7 +99,10 @@ def chunked_lm_loss(
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
 
         loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction=reduction)
-        return loss_fn(lm_head_weight, hidden, labels).float()
+        if not head_fp32:
+            return loss_fn(lm_head_weight, hidden, labels).float()
+        with torch.autocast(hidden.device.type, enabled=False):
+            return loss_fn(lm_head_weight.float(), hidden.float(), labels).float()
     total = -logprobs_of_tokens(hidden, lm_head_weight, labels, chunk_size).sum()
     if reduction == "mean":
         return total / (labels != IGNORE_INDEX).sum()

@@ -10,6 +10,13 @@ given by `cu_seqlens` (training/sft/packing.py). Two kernels keep each document 
   and no mask, SDPA runs its flash kernel (CPU and CUDA alike), whose memory is O(T * head_dim), so
   the whole call is linear in the pack length; the cost is one kernel launch per document per layer.
 
+On CUDA the kernel SDPA takes depends on the dtype: the trainer's default precision there is
+bf16_autocast (precision.resolve_precision), so q, k and v arrive in bf16 and the flash kernel runs
+(grouped KV heads included, `enable_gqa`). `precision: fp32` on CUDA is an explicit choice: flash has no
+fp32 kernel, and with grouped KV heads SDPA may fall back to its math kernel, whose memory grows with
+each document's length squared; that setting is for agreement checks on short documents, not long
+packs (docs/scaling.md). Unmeasured on a GPU yet: scripts/gpu_check_trainers.py's SFT row is the check.
+
 Why not flex attention on CPU: in torch 2.13 `flex_attention` raises "FlexAttention does not support
 backward on CPU", so it cannot train there; on CUDA flash-attn's varlen kernel is the better choice.
 

@@ -36,6 +36,12 @@ class StageConfig(BaseModel):
     batch_tokens: int = Field(gt=0, description="Real (unpadded) tokens per optimizer step, at most; gradients accumulate over micro-batches up to it.")
     micro_batch_tokens: int = Field(gt=0, description="Padded tokens (rows x longest row) per forward/backward pass; bounds activation memory.")
     loss_chunk_size: int = Field(default=1024, gt=0, description="Tokens per chunk of the LM head + cross-entropy (memory O(chunk x vocab)).")
+    lm_head_fp32: bool = Field(
+        default=True,
+        description="The LM head and its cross-entropy in fp32 with autocast off, on every device (the CPU's chunked "
+        "loss and Liger's fused kernel on CUDA alike), so a config computes the same loss on both. false: under "
+        "bf16_autocast Liger's matmuls run in bf16 (faster on CUDA; the loss then differs from the CPU's).",
+    )
     grad_clip: float | None = Field(default=1.0, gt=0, description="Max global L2 norm of the gradient; None disables clipping (the norm is still logged).")
     attention: Literal["auto", "varlen_sdpa", "flash_attention_2"] = Field(
         default="auto",

@@ -211,7 +211,8 @@ def _prepare_model(model: Any, cfg: StageConfig, resume_from: Path | None,
     precision = resolve_precision(cfg.precision, run_on)
     if cfg.lora is not None and precision == "bf16_autocast":  # the same bits in half the memory
         base_weights_in_bf16(model)
-    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on), precision)
+    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on), precision,
+                               cfg.lm_head_fp32)
     if world_size() == 1:
         model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
     loss_module = shard_for_training(loss_module, run_on, precision)

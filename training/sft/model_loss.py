@@ -26,7 +26,8 @@ class PackedLMLoss(torch.nn.Module):
     """forward(input_ids [B,T], position_ids [B,T], targets [B,T], cu_seqlens [S+1], max_length) -> summed loss (fp32).
 
     Sets `lm`'s attention implementation to `attn_implementation`, a document-isolating kernel
-    (`attention.resolve_attention` picks it: VARLEN_SDPA or "flash_attention_2").
+    (`attention.resolve_attention` picks it: VARLEN_SDPA or "flash_attention_2"). `lm_head_fp32`:
+    the head and its cross-entropy in fp32 on every device (chunked_loss.py; StageConfig.lm_head_fp32).
     """
 
     def __init__(
@@ -35,11 +36,13 @@ class PackedLMLoss(torch.nn.Module):
         chunk_size: int,
         attn_implementation: str = VARLEN_SDPA,
         precision: Literal["fp32", "bf16_autocast"] = "fp32",
+        lm_head_fp32: bool = True,
     ):
         super().__init__()
         self.lm = lm
         self.chunk_size = chunk_size
         self.precision = precision
+        self.lm_head_fp32 = lm_head_fp32
         lm.set_attn_implementation(attn_implementation)
 
     def forward(
@@ -67,5 +70,6 @@ class PackedLMLoss(torch.nn.Module):
             ).last_hidden_state  # [1, B*T, H]
             head_weight = self.lm.get_output_embeddings().weight  # [V, H]
             return chunked_lm_loss(
-                hidden[0], head_weight, targets.flatten(), chunk_size=self.chunk_size, reduction="sum"
+                hidden[0], head_weight, targets.flatten(), chunk_size=self.chunk_size, reduction="sum",
+                head_fp32=self.lm_head_fp32,
             )

@@ -16,8 +16,16 @@ import torch
 from passband.training.rl.algebra.advantages import group_advantages
 
 ROLLOUT_COLUMNS = ("iteration", "weight_version", "prompt_id", "task", "sample_index", "completion", "num_tokens",
-                   "finish_reason", "reward", "score", "status", "detail", "valid", "advantage", "engine_logp_mean")
+                   "finish_reason", "reward", "score", "status", "detail", "valid", "advantage", "engine_logp_mean",
+                   "num_turns")
 """The record's fields, in the artifact's column order (docs/rl-rollouts.md says what each holds)."""
+
+
+def model_turns(loss_mask: list[int] | None) -> int:
+    """The model's turns in a sample: the runs of sampled tokens in its loss mask (None: one turn)."""
+    if loss_mask is None:
+        return 1
+    return sum(1 for i, m in enumerate(loss_mask) if m and (i == 0 or not loss_mask[i - 1]))
 
 
 def rollout_records(iteration: int, weight_version: int, rows: list[dict[str, Any]], samples: list[list[Any]],
@@ -46,6 +54,7 @@ def rollout_records(iteration: int, weight_version: int, rows: list[dict[str, An
                 "score": float(scores[i][j]), "status": statuses[i][j], "detail": details[i][j],
                 "valid": bool(batch_valid[index]), "advantage": advantages[index] + 0.0,  # no -0.0 for a masked row
                 "engine_logp_mean": sum(sample.logprobs) / len(sample.logprobs) if sample.logprobs else None,
+                "num_turns": model_turns(sample.loss_mask),
             })
     return records
 
