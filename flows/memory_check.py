@@ -134,16 +134,15 @@ def _placement(setting: str, precision_setting: str, target: Target | None) -> t
     when `setting` names a device this machine has not (`device: cuda` on a CPU box)."""
     import torch
 
-    from passband.training.runtime.device import resolve_device
+    from passband.training.runtime.device import device_problem, resolve_device
     from passband.training.runtime.precision import resolve_precision
 
     if target is not None and setting != "cpu":
         device = torch.device(target.device_type)
+    elif (problem := device_problem(setting)) is not None:  # the user's setting: a preflight line, not a traceback
+        return problem
     else:
-        try:  # resolve_device's ValueError is the user's setting, not a fault: a preflight line, not a traceback
-            device = resolve_device(setting)
-        except ValueError as err:
-            return str(err)
+        device = resolve_device(setting)
     return device, resolve_precision(precision_setting, device)
 
 

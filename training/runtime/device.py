@@ -19,13 +19,21 @@ def resolve_device(setting: DeviceSetting) -> torch.device:
 
     Under torchrun the CUDA device is the rank's own (LOCAL_RANK: torchrun starts one rank per GPU).
     """
-    cuda = torch.cuda.is_available()
-    if setting == "cuda" and not cuda:
-        raise ValueError("device='cuda' but torch sees no CUDA device on this machine "
-                         f"(torch {torch.__version__}); set device: auto or cpu")
-    if setting == "cpu" or not cuda:
+    problem = device_problem(setting)
+    if problem is not None:
+        raise ValueError(problem)
+    if setting == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def device_problem(setting: DeviceSetting) -> str | None:
+    """Why `setting` cannot run here, in one line (device: cuda on a machine without one), else None:
+    the preflight reports it beside its other problems instead of failing on the first."""
+    if setting == "cuda" and not torch.cuda.is_available():
+        return ("device='cuda' but torch sees no CUDA device on this machine "
+                f"(torch {torch.__version__}); set device: auto or cpu")
+    return None
 
 
 def fused_on(device: torch.device) -> dict[str, bool]:
