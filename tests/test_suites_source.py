@@ -51,7 +51,7 @@ def test_an_entry_given_a_path_over_a_default_suite_keeps_its_count(tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     _rows_file(tmp_path / "mine.jsonl", 3)
     over = ["datasets.math.path=mine.jsonl", "datasets.math.task=math"]
-    assert resolve_config(RLConfig, "rl", None, None, over).datasets["math"].num_problems == 256
+    assert resolve_config(RLConfig, "rl", None, None, over).datasets["math"].num_problems == 160
     every = resolve_config(RLConfig, "rl", None, None, [*over, "datasets.math.num_problems=all"])
     assert every.datasets["math"].num_problems == "all"
 

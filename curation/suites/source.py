@@ -96,7 +96,7 @@ class ProblemSource(BaseModel):
     """How many problems to generate, or the first N good rows of `path` or a benchmark; `all` takes
     every row of a file or dataset (or all 164 HumanEval problems, or a whole benchmark). A source
     that names a `path` or a benchmark and no num_problems takes every row; an entry that gets its
-    `path` over a default suite entry keeps that entry's count (`--set datasets.math.path=my.jsonl` keeps math's 256: add
+    `path` over a default suite entry keeps that entry's count (`--set datasets.math.path=my.jsonl` keeps math's 160: add
     `--set datasets.math.num_problems=all`)."""
     seed: int = 0
     """Seed of the procedural generator."""

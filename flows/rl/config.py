@@ -119,7 +119,8 @@ class RLConfig(Config):
     model: str = "smollm2-135m-instruct"
     """Starting checkpoint (also the KL reference): `smollm2-135m-instruct`, an SFT checkpoint URI, or a dir."""
     datasets: dict[str, str | ProblemSource] = {
-        "math": ProblemSource(suite="math", num_problems=256, seed=0, difficulty=0),
+        # 160: difficulty 0's balanced draw holds 32 combinatorics problems, so 5 x 32 (256 ran out)
+        "math": ProblemSource(suite="math", num_problems=160, seed=0, difficulty=0),
         "code": ProblemSource(suite="code", num_problems=128, seed=0, difficulty=0),
         "ifeval": ProblemSource(suite="ifeval", num_problems=128, seed=0, difficulty="easy"),
     }
