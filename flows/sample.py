@@ -43,7 +43,7 @@ def sample(config: SampleConfig = SampleConfig(), parent_run_id: str | None = No
         run_id, resolved = run.run_id, run.resolved
         model_dir = resolve_model(config.model)
         rows = load_problems_task(config.problems, run_id)
-        tokenizer = load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir, config.engine.trust_remote_code)
         prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
         settings = config.sampling
         engine = open_engine(config.engine, model_dir)

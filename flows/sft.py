@@ -235,7 +235,7 @@ def _train_stage(config: SFTConfig, stage: StageConfig, refs: dict[str, str], to
     examples = stage_examples(stage, stage_refs, tokenizer, eval_prompts, run_id)
     key = sft_stage_key(stage, stage_refs, start_from, data_fingerprint(examples))
     return train_sft_stage(stage, examples, start_dir, start_from, key, config.resume, step_offset, run_id,
-                           config.distributed)
+                           config.distributed, config.engine.trust_remote_code)
 
 
 def _evaluate(model_dir: str, eval_sets: dict, config: SFTConfig, label: str, step: int,
@@ -282,7 +282,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
         run_id = run.run_id
 
         model_dir = resolve_model(config.model)
-        tokenizer = load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir, config.engine.trust_remote_code)
         eval_sets: dict[str, list[dict]] = {}
         metrics: dict[str, float] = {}
         if config.eval is not None:

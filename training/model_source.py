@@ -8,7 +8,9 @@ safetensors + tokenizer, a checkpoint both vLLM and the trainer load directly.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
 from pathlib import Path
 
 SMOLLM2_NAME = "smollm2-135m-instruct"
@@ -54,17 +56,50 @@ def gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def load_causal_lm(model_dir: Path, dtype: str = "float32"):
-    """The trainer's torch model from a local checkpoint dir (eager attention: CPU and 4D masks)."""
+def model_code_files(model_dir: Path | str) -> list[str]:
+    """The Python files a model's config.json asks to run (its `auto_map`: `module.Class` or
+    `repo--module.Class` entries, each a `module.py` beside config.json), sorted; [] for a model
+    transformers and vLLM know. Reads config.json only, so the preflight can ask it of every model."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    references = [r for value in config.get("auto_map", {}).values() for r in ([value] if isinstance(value, str) else value)
+                  if r]  # a tokenizer's entry is [slow, fast], either may be null
+    return sorted({reference.split("--")[-1].rsplit(".", 1)[0] + ".py" for reference in references})
+
+
+def model_code_version(model_dir: Path | str) -> str | None:
+    """16 hex of a sha256 over the model folder's *.py files (names and contents), for a model that
+    ships its own code (`model_code_files`); None for one that does not. A stage's cache key holds it,
+    so an edit to the model's code retrains (tasks/stages/cache.py)."""
+    if not model_code_files(model_dir):
+        return None
+    digest = hashlib.sha256()
+    for source in sorted(Path(model_dir).glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + hashlib.sha256(source.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def model_code_refusal(model: str, model_dir: Path | str) -> str | None:
+    """The one line refusing `model` (resolved to `model_dir`) when it ships code and the config did not
+    opt in (`engine.trust_remote_code`); None when it ships none."""
+    files = model_code_files(model_dir)
+    if not files:
+        return None
+    return (f"model {model} ships its own code ({', '.join(files)} in {model_dir}), which would run inside "
+            "passband's process and on every worker: read it, then set engine.trust_remote_code: true")
+
+
+def load_causal_lm(model_dir: Path, dtype: str = "float32", trust_remote_code: bool = False):
+    """The trainer's torch model from a local checkpoint dir (eager attention: CPU and 4D masks);
+    `trust_remote_code`: run the model's own code (EngineConfig.trust_remote_code)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=getattr(torch, dtype), attn_implementation="eager"
+        str(model_dir), dtype=getattr(torch, dtype), attn_implementation="eager", trust_remote_code=trust_remote_code
     )
 
 
-def load_tokenizer(model_dir: Path):
+def load_tokenizer(model_dir: Path, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)

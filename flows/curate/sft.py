@@ -44,7 +44,7 @@ def open_sampler(config: CurateConfig, model_ref: str) -> Sampler:
     from passband.training.model_source import load_tokenizer
 
     model_dir = resolve_model(model_ref)
-    checkpoint, tokenizer = checkpoint_id(model_ref, model_dir), load_tokenizer(model_dir)
+    checkpoint, tokenizer = checkpoint_id(model_ref, model_dir), load_tokenizer(model_dir, config.engine.trust_remote_code)
     return Sampler(LazyEngine(config.engine, model_dir, model_ref, config.sampling), model_dir, checkpoint, tokenizer)
 
 

@@ -13,14 +13,52 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from prefect import task
 
+from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
 from passband.tasks.artifacts.provenance import code_version
 from passband.tasks.artifacts.store import fetch_artifact, open_store
-from passband.training.model_source import SMOLLM2_NAME, gguf_to_safetensors, smollm2_gguf_path
+from passband.training.model_source import SMOLLM2_NAME, gguf_to_safetensors, model_code_version, smollm2_gguf_path
 
 SMOLLM2_KEY = "models/smollm2-135m-instruct"
+
+MODEL_SETTINGS = ("model", "baseline", "teacher")
+"""The settings of a flow's section that name a model its `engine` (and its trainer) load."""
+
+
+def local_model_dir(ref: str) -> Path | None:
+    """The folder holding `ref`'s config.json without a download: a local directory, or a hub model the
+    Hugging Face cache holds; None for the shipped model, committed artifacts (a passband checkpoint of a
+    base checked when it was trained) and a hub model not yet downloaded (its code meets transformers'
+    own refusal when it loads)."""
+    if Path(ref, "config.json").is_file():
+        return Path(ref)
+    if ref.startswith(ARTIFACT_SCHEMES) or ref.count("/") != 1 or ref.startswith((".", "/")):  # not a hub id
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(ref, "config.json")
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def model_code_versions(config: Any) -> dict[str, str]:
+    """{model: its code version} for every model the config names (`model`, `baseline`, `teacher`, at any
+    depth) that ships its own code: a model folder's config.json and *.py files only, so the shipped model,
+    committed artifacts (their manifests hash their files) and hub models not downloaded add nothing."""
+    found: dict[str, str] = {}
+    if isinstance(config, dict):
+        for name, value in config.items():
+            model_dir = local_model_dir(value) if name in MODEL_SETTINGS and isinstance(value, str) else None
+            version = model_dir and model_code_version(model_dir)
+            if version:
+                found[value] = version
+            found.update(model_code_versions(value))
+    elif isinstance(config, list):
+        for value in config:
+            found.update(model_code_versions(value))
+    return found
 
 
 @task(name="resolve-model", retries=2, retry_delay_seconds=5)

@@ -67,4 +67,4 @@ def kept_engine(model_ref: str, config: EngineConfig, weights_dir: str | None = 
     from passband.training.model_source import load_tokenizer
 
     model_dir = _model_dir(model_ref)
-    return ENGINES.engine(config, model_dir, weights_dir), load_tokenizer(Path(model_dir))
+    return ENGINES.engine(config, model_dir, weights_dir), load_tokenizer(Path(model_dir), config.trust_remote_code)

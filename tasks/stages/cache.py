@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from passband.tasks.artifacts.model import model_code_versions
 from passband.tasks.artifacts.provenance import code_version, config_hash, dependency_versions
 from passband.tasks.artifacts.store import open_store
 
@@ -48,11 +49,15 @@ def machine_choices(config: dict[str, Any]) -> dict[str, bool]:
 
 def stage_key(flow: str, config: dict[str, Any]) -> str:
     """`stages/<flow>/<config id>`, the id a hash of config + code version + dependency versions
-    (+ this machine's choices where the config leaves them `auto`)."""
+    (+ this machine's choices where the config leaves them `auto`, + the code version of each model that
+    ships its own code: an edit to its modeling file retrains)."""
     payload = {"config": config, "code_version": code_version(), "dependencies": dependency_versions()}
     choices = machine_choices(config)
     if choices:
         payload["machine"] = choices
+    models = model_code_versions(config)
+    if models:  # absent for models without code: their keys stay what they were
+        payload["model_code"] = models
     return f"stages/{flow}/{config_hash(payload)[:24]}"
 
 

@@ -7,12 +7,15 @@ paths exist); this reads the files themselves, a few rows each (curation/suites/
 
 First of all, before a file is read (a row may name a task of the user's, which reading would
 import), every use of the user's own code is found, and without PASSBAND_ALLOW_USER_CODE=1 the
-config is refused in one line naming them all (`user_code_of`).
+config is refused in one line naming them all (`user_code_of`). Likewise a model that ships its own
+code (an `auto_map` in its config.json) without its section's `engine.trust_remote_code` (`model_code_of`:
+config.json is all it reads).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -21,7 +24,10 @@ from passband.curation.catalog.user import OPT_IN, is_import_path, names_user_co
 from passband.curation.suites.sniff import Sniff, merge, sniff_problems
 from passband.curation.suites.source import ProblemSource
 from passband.tasks.artifacts.manifest import ARTIFACT_SCHEMES
+from passband.tasks.artifacts.model import MODEL_SETTINGS, local_model_dir
+from passband.training.engines.config import EngineConfig
 from passband.training.episodes.setups import EnvironmentConfig
+from passband.training.model_source import model_code_refusal
 from passband.training.sft.config import StageConfig
 from passband.training.sft.sources import sniff_chat_file
 
@@ -93,12 +99,41 @@ def user_code_refusal(config: BaseModel) -> str | None:
     return f"your own code would run inside passband's process ({named}): set {OPT_IN}=1 to allow it"
 
 
+def model_code_of(config: Any, where: str = "") -> Iterator[tuple[str, str, Path]]:
+    """(dotted setting, model, its folder) of every model a section names that ships its own code while
+    the section's `engine.trust_remote_code` is off, nested sections (a pipeline's stages) included."""
+    if not isinstance(config, BaseModel):
+        return
+    engine = getattr(config, "engine", None)
+    if isinstance(engine, EngineConfig) and not engine.trust_remote_code:
+        for name in MODEL_SETTINGS:
+            ref = getattr(config, name, None)
+            model_dir = local_model_dir(ref) if isinstance(ref, str) else None
+            if model_dir and model_code_refusal(ref, model_dir):
+                yield (f"{where}.{name}" if where else name), ref, model_dir
+    for name in type(config).model_fields:
+        yield from model_code_of(getattr(config, name), f"{where}.{name}" if where else name)
+
+
+def model_code_refusals(config: BaseModel) -> list[str]:
+    """One line per model that ships code the config did not opt into, naming every setting that names it."""
+    settings: dict[str, list[str]] = {}
+    folders: dict[str, Path] = {}
+    for where, ref, model_dir in model_code_of(config):
+        settings.setdefault(ref, []).append(where)
+        folders[ref] = model_dir
+    return [f"{', '.join(wheres)}: {model_code_refusal(ref, folders[ref])}" for ref, wheres in settings.items()]
+
+
 def preflight(config: BaseModel) -> Sniff:
     """Every source's problems and notes, each prefixed with the setting that names it; only the
     user-code refusal when there is one (reading the rows would import that code)."""
     refused = user_code_refusal(config)
     if refused:
         return Sniff(problems=[refused])
+    models = model_code_refusals(config)
+    if models:
+        return Sniff(problems=models)
     looks, seen = [], set()
     for where, source in sources_of(config):
         key = source if isinstance(source, str) else (source.path, source.task, tuple(source.column_map.items()),

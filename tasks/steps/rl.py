@@ -168,13 +168,16 @@ def checkpoint_uri(run_key: str, iteration: int) -> str:
     return open_store().uri(checkpoint_key(run_key, iteration))
 
 
-def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None) -> RLTrainer:
+def open_rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | None,
+                    trust_remote_code: bool = False) -> RLTrainer:
     """The trainer at `model_dir`, or continued from the committed checkpoint at `resume_uri`; with
-    `algo.lora.start: continue`, on the base of `model_dir`'s adapter."""
+    `algo.lora.start: continue`, on the base of `model_dir`'s adapter; `trust_remote_code`: the model's
+    own code allowed (EngineConfig.trust_remote_code)."""
     base_dir = None
     if algo.lora is not None and algo.lora.start == "continue":
         base_dir = Path(lora_adapter_base(Path(model_dir), algo.lora.rank, algo.lora.alpha))
-    return open_trainer(Path(model_dir), tasks, algo, fetch_artifact(resume_uri) if resume_uri else None, base_dir)
+    return open_trainer(Path(model_dir), tasks, algo, fetch_artifact(resume_uri) if resume_uri else None, base_dir,
+                        trust_remote_code)
 
 
 @dataclass
@@ -255,7 +258,8 @@ def rl_trainer(model_dir: str, tasks: list[str], algo: Any, resume_uri: str | No
     publish each update in `engine_config`'s dtype under their `weights_root`, the `keep_versions`
     newest kept; stopped at the end."""
     if not distributed.launches_ranks:
-        trainer = InProcessTrainer(open_rl_trainer(model_dir, tasks, algo, resume_uri), algo, engine_config, scratch,
+        trainer = InProcessTrainer(open_rl_trainer(model_dir, tasks, algo, resume_uri, engine_config.trust_remote_code),
+                                   algo, engine_config, scratch,
                                    keep_versions, adapter_only)
         try:
             yield trainer

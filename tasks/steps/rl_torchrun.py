@@ -177,6 +177,7 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     nproc_per_node = distributed.nproc_per_node
     config = RanksConfig(model=model_dir, resume_from=resume_dir, algo=algo, work_dir=work_dir,
                          engine_dtype=engine.resolved_dtype(), lm_head_fp32=engine.lm_head_fp32, keep_versions=keep_versions,
+                         trust_remote_code=engine.trust_remote_code,
                          collective_timeout_s=distributed.collective_timeout_s)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
@@ -194,7 +195,7 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=_read_lines, args=(ranks.stdout, lines), name="rl-ranks-stdout", daemon=True)
     reader.start()
-    trainer = RanksTrainer(load_tokenizer(model_dir), resume_dir or model_dir, state, work_dir, ranks, distributed,
+    trainer = RanksTrainer(load_tokenizer(model_dir, engine.trust_remote_code), resume_dir or model_dir, state, work_dir, ranks, distributed,
                            lines, by_broadcast=engine.weight_transfer == "nccl")
     try:
         # Unbounded: loading a large model may take longer than any one update; a rank that hangs

@@ -50,10 +50,14 @@ class StageOutcome:
 
 def sft_stage_key(stage: StageConfig, dataset_refs: dict[str, str], start_from: str, data_fingerprint: str) -> str:
     """24 hex digits identifying a stage's training: same key, same checkpoints."""
-    return config_hash({
-        "stage": stage.model_dump(mode="json"), "datasets": dataset_refs, "start_from": start_from,
-        "data_fingerprint": data_fingerprint, "code_version": code_version(),
-    })[:24]
+    from passband.tasks.artifacts.model import model_code_versions
+
+    keyed = {"stage": stage.model_dump(mode="json"), "datasets": dataset_refs, "start_from": start_from,
+             "data_fingerprint": data_fingerprint, "code_version": code_version()}
+    models = model_code_versions({"model": start_from})
+    if models:  # a start model with its own code: an edit to it retrains rather than reusing the checkpoints
+        keyed["model_code"] = models
+    return config_hash(keyed)[:24]
 
 
 def checkpoint_key(stage_key: str, stage_name: str, step: int) -> str:
@@ -79,12 +83,14 @@ def last_committed_step(stage_key: str, stage: StageConfig, total_steps: int) ->
 def train_sft_stage(
     stage: StageConfig, examples: list[SFTExample], start_dir: str, start_from: str, stage_key: str,
     resume: bool, step_offset: int, run_id: str, distributed: DistributedConfig = DistributedConfig(),
+    trust_remote_code: bool = False,
 ) -> StageOutcome:
     """Train (or skip, or continue) one stage from the checkpoint in `start_dir`.
 
     Metrics go to MLflow at global step `step_offset + stage step`; tags mark the stage's steps.
     With distributed.launches_ranks the loop runs under torchrun (tasks/steps/sft_torchrun.py) and this process
-    logs and commits what rank 0 reports, through the same callbacks.
+    logs and commits what rank 0 reports, through the same callbacks. `trust_remote_code`: the model's own
+    code allowed (EngineConfig.trust_remote_code).
     """
     from prefect.logging import get_run_logger
 
@@ -140,10 +146,11 @@ def train_sft_stage(
 
     with scratch_dir("sft-checkpoints-") as scratch:
         if distributed.launches_ranks:
-            torchrun_stage(stage, examples, start_dir, resume_from, distributed, scratch, on_metrics, on_checkpoint)
+            torchrun_stage(stage, examples, start_dir, resume_from, distributed, scratch, on_metrics, on_checkpoint,
+                           trust_remote_code)
         else:
-            model = load_causal_lm(Path(start_dir))
-            loop.train_stage(model, load_tokenizer(Path(start_dir)), examples, stage, scratch,
+            model = load_causal_lm(Path(start_dir), trust_remote_code=trust_remote_code)
+            loop.train_stage(model, load_tokenizer(Path(start_dir), trust_remote_code), examples, stage, scratch,
                              resume_from=resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
             del model  # with the loop's AdamW and graph gone too, the cache goes back to the driver for the
             release_device_memory()  # engine that follows (an evaluation; vLLM refuses below its memory_fraction)

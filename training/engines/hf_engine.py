@@ -50,14 +50,14 @@ class HFEngine:
         # bf16 on the CPU of a GPU machine would be the slowest of both
         self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
         """Where the model samples; the prompts are encoded on the host and moved there once per batch."""
-        self.model = load_causal_lm(Path(model_dir), "float32").eval().to(self.device)
+        self.model = load_causal_lm(Path(model_dir), "float32", config.trust_remote_code).eval().to(self.device)
         _cast_body(self.model, config.resolved_dtype(), config.lm_head_fp32)
         # the head's input (the last hidden state) arrives in the body's dtype; an fp32 head
         # computes in fp32 only if its input is cast too
         self.model.get_output_embeddings().register_forward_pre_hook(
             lambda module, args: (args[0].to(module.weight.dtype),)
         )
-        self.tokenizer = load_tokenizer(Path(model_dir))
+        self.tokenizer = load_tokenizer(Path(model_dir), config.trust_remote_code)
         self.batch_size = batch_size
         """Prompts per `model.generate` call (each expanded to n samples)."""
 

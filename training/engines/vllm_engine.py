@@ -152,6 +152,9 @@ class VLLMEngine:
         with _host_state_kept(config.in_process):
             self.llm = LLM(
                 model=str(model_dir),
+                # a model with its own code: its config, tokenizer and (for an architecture vLLM lacks) its
+                # model through vLLM's transformers backend, which runs the model's modeling_*.py
+                trust_remote_code=config.trust_remote_code,
                 dtype=config.resolved_dtype(),
                 gpu_memory_utilization=config.memory_fraction,
                 kv_cache_memory_bytes=None if config.kv_cache_gib is None else int(config.kv_cache_gib * 2**30),

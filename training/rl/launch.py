@@ -66,6 +66,8 @@ class RanksConfig(BaseModel):
     """The dtype the weights are published in: the rollout engine's (the flow's `engine.dtype`)."""
     lm_head_fp32: bool = False
     """Publish the output projection in fp32 (the flow's `engine.lm_head_fp32`: the engine keeps an fp32 head)."""
+    trust_remote_code: bool = False
+    """Run the model's own code on every rank (the flow's `engine.trust_remote_code`)."""
     keep_versions: int = Field(1, ge=1)
     """Published weight versions kept under weights/, the newest included (older ones are deleted)."""
     poll_s: float = 0.02
@@ -112,7 +114,7 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     device = resolve_device(config.algo.device)  # this rank's GPU under CUDA
     precision = resolve_precision(config.algo.precision, device)  # bf16: the layers' FSDP2 mixed precision
     sharded = world_size() > 1
-    lm = load_policy(weights_dir, config.algo, on_meta=sharded)
+    lm = load_policy(weights_dir, config.algo, on_meta=sharded, trust_remote_code=config.trust_remote_code)
     if not sharded:
         lm.to(device)  # one rank is not sharded; FSDP2 allocates the shards of more on the device
     policy = shard_policy(lm, device, precision)
@@ -124,11 +126,13 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
         state = RLState.from_json(restore_training_state(config.resume_from, lm, optimizer))
     ref_model = None
     if config.algo.kl_coef > 0:
-        reference = load_reference(config.model, config.algo, on_meta=sharded)
+        reference = load_reference(config.model, config.algo, on_meta=sharded,
+                                   trust_remote_code=config.trust_remote_code)
         ref_model = shard_policy(reference if sharded else reference.to(device), device, precision)
         if sharded:
             fill_weights(reference, config.model, device)
-    return RLTrainer(policy, optimizer, ref_model, load_tokenizer(config.model), weights_dir, state)
+    return RLTrainer(policy, optimizer, ref_model, load_tokenizer(config.model, config.trust_remote_code), weights_dir,
+                     state)
 
 
 def full_model_state(trainer: RLTrainer) -> dict[str, torch.Tensor] | None:

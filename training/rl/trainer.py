@@ -132,11 +132,12 @@ class PolicyTrainer(Protocol):
 
 
 def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_dir: Path | None = None,
-                 base_dir: Path | None = None) -> RLTrainer:
+                 base_dir: Path | None = None, trust_remote_code: bool = False) -> RLTrainer:
     """A fresh trainer at `model_dir`, or one continued from the checkpoint directory `resume_dir`,
     on the config's device (`algo.device`).
 
-    The reference model is always `model_dir`, the start of the run. `base_dir` (LoRA with
+    The reference model is always `model_dir`, the start of the run. `trust_remote_code`: the model
+    ships its own code and the run allowed it (EngineConfig.trust_remote_code). `base_dir` (LoRA with
     `lora.start: continue`): the base that `model_dir`'s adapter was trained on; the policy is that base
     with `model_dir`'s adapter (or the resumed checkpoint's), and the reference the base (adapters off).
     """
@@ -153,7 +154,7 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     base = Path(base_dir or model_dir)
     # LoRA: the base is the start model (or the one its adapter sits on); a resumed run puts its adapters
     # back on it, a continued one the start checkpoint's
-    model = load_policy(base if algo.lora else weights_dir, algo).to(device)
+    model = load_policy(base if algo.lora else weights_dir, algo, trust_remote_code=trust_remote_code).to(device)
     if algo.lora:
         attach_adapters(model, algo.lora, algo.lora.seed)
         adapter_from = resume_dir or (model_dir if base != Path(model_dir) else None)
@@ -167,8 +168,9 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
         state = RLState.from_json(restore_training_state(weights_dir, model, optimizer))
     ref_model = None
     if algo.kl_coef > 0:  # with adapters the reference is the policy itself, adapters off (update.py)
-        ref_model = model if algo.lora else load_reference(Path(model_dir), algo).to(device)
-    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir)), weights_dir, state, base)
+        ref_model = model if algo.lora else load_reference(Path(model_dir), algo, trust_remote_code=trust_remote_code).to(device)
+    return RLTrainer(model, optimizer, ref_model, load_tokenizer(Path(model_dir), trust_remote_code), weights_dir,
+                     state, base)
 
 
 def release_for_engine(trainer: RLTrainer) -> None:
@@ -190,14 +192,17 @@ def close_trainer(trainer: RLTrainer) -> None:
     release_for_engine(trainer)
 
 
-def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
+def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False,
+                trust_remote_code: bool = False) -> torch.nn.Module:
     """The policy at `weights_dir`, dropout off, with the config's attention and activation checkpointing;
-    with `on_meta` its weights are not read: parameters on the meta device (training/runtime/meta_init.py)."""
+    with `on_meta` its weights are not read: parameters on the meta device (training/runtime/meta_init.py).
+    `trust_remote_code`: run the model's own code (EngineConfig.trust_remote_code)."""
     from passband.training.runtime.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
     # eval(): no dropout, so the trainer's log-probs at theta_k are deterministic (RL needs that).
-    model = (empty_causal_lm if on_meta else load_causal_lm)(weights_dir).eval()
+    model = (empty_causal_lm(weights_dir, trust_remote_code) if on_meta
+             else load_causal_lm(weights_dir, trust_remote_code=trust_remote_code)).eval()
     model.set_attn_implementation(algo.attention)
     if algo.activation_checkpointing:
         # transformers checkpoints its decoder layers only in training mode: train() with every
@@ -213,12 +218,14 @@ def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) ->
     return model
 
 
-def load_reference(model_dir: Path, algo: RLAlgoConfig, on_meta: bool = False) -> torch.nn.Module:
+def load_reference(model_dir: Path, algo: RLAlgoConfig, on_meta: bool = False,
+                   trust_remote_code: bool = False) -> torch.nn.Module:
     """The frozen reference policy: the run's start model (`on_meta`: as `load_policy`)."""
     from passband.training.runtime.meta_init import empty_causal_lm
     from passband.training.model_source import load_causal_lm
 
-    ref_model = (empty_causal_lm if on_meta else load_causal_lm)(model_dir).eval().requires_grad_(False)
+    ref_model = (empty_causal_lm(model_dir, trust_remote_code) if on_meta
+                 else load_causal_lm(model_dir, trust_remote_code=trust_remote_code)).eval().requires_grad_(False)
     ref_model.set_attn_implementation(algo.attention)
     return ref_model
 

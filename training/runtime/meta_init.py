@@ -19,15 +19,17 @@ from pathlib import Path
 import torch
 
 
-def empty_causal_lm(model_dir: Path) -> torch.nn.Module:
+def empty_causal_lm(model_dir: Path, trust_remote_code: bool = False) -> torch.nn.Module:
     """`load_causal_lm(model_dir)`'s model (fp32, eager attention, the same generation config)
-    with every parameter on `meta`; its buffers are real."""
+    with every parameter on `meta`; its buffers are real. `trust_remote_code`: build the model's own
+    architecture from its code files (EngineConfig.trust_remote_code)."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    config = AutoConfig.from_pretrained(str(model_dir))
+    config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
     with init_empty_weights(include_buffers=False):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager",
+                                                 trust_remote_code=trust_remote_code)
     model.tie_weights()  # accelerate's parameter hook gives a tied head a parameter of its own: tie it again
     if (Path(model_dir) / "generation_config.json").is_file():  # what from_pretrained reads (and a checkpoint writes back)
         model.generation_config = GenerationConfig.from_pretrained(str(model_dir))

@@ -58,6 +58,8 @@ class LaunchConfig(BaseModel):
     `stage.datasets`: the flow reads, mixes and decontaminates its data once and hands every rank the same."""
     collective_timeout_s: float = Field(600.0, gt=0)
     """Seconds one collective may wait on the other ranks (the flow's `distributed.collective_timeout_s`)."""
+    trust_remote_code: bool = False
+    """Run the model's own code on every rank (the flow's `engine.trust_remote_code`)."""
 
 
 def save_examples(path: Path, examples: list[SFTExample]) -> None:
@@ -94,14 +96,16 @@ def print_checkpoint(path: Path, step: int) -> None:
 def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics,
         on_checkpoint: CheckpointCallback | None = print_checkpoint) -> TrainResult:
     """Load, encode and train; under torchrun every rank calls this with the same config."""
-    tokenizer = load_tokenizer(config.model)
+    tokenizer = load_tokenizer(config.model, config.trust_remote_code)
     if config.examples is not None:
         examples = load_examples(config.examples)
     else:
         examples = local_stage_examples(config.stage, tokenizer)
     # Under ranks no rank loads the weights here: the model is built on meta and, once sharded, filled
     # from rank 0's read of them (training/runtime/meta_init.py).
-    model = load_causal_lm(config.model) if world_size() == 1 else empty_causal_lm(config.model)
+    trust = config.trust_remote_code
+    model = (load_causal_lm(config.model, trust_remote_code=trust) if world_size() == 1
+             else empty_causal_lm(config.model, trust))
     open_process_group(config.collective_timeout_s)  # before the loop shards the model: its collectives are bounded
     return train_stage(model, tokenizer, examples, config.stage, config.out_dir,
                        resume_from=config.resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint,
