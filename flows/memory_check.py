@@ -160,7 +160,8 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
         shape, precision, tokens, algo.logprob_chunk_size, kl_reference=algo.kl_coef > 0,
         lora_parameters=lora_parameters(shape, algo.lora.rank) if algo.lora else None,
         checkpointing=algo.activation_checkpointing,
-        eager_sequence_tokens=engine.max_model_len if algo.attention == "eager" else None), ranks)
+        eager_sequence_tokens=engine.max_model_len if algo.attention == "eager" else None,
+        optimizer=algo.optimizer), ranks)
     total = device_bytes(device, target)
     cuda = device.type == "cuda"
     dtype = engine.dtype if engine.dtype != "auto" else ("bfloat16" if cuda else engine.resolved_dtype())
@@ -201,7 +202,7 @@ def _sft_estimate(config: Any, stage: Any, where: str, ask_hub: bool,
     trainer = _sharded(trainer_memory(
         shape, precision, stage.micro_batch_tokens, stage.loss_chunk_size,
         lora_parameters=lora_parameters(shape, stage.lora.rank) if stage.lora else None,
-        checkpointing=stage.activation_checkpointing), ranks)
+        checkpointing=stage.activation_checkpointing, optimizer=stage.optimizer), ranks)
     fit = DeviceFit(f"{device.type} device", device_bytes(device, target), {"training": trainer.peak})
     assumptions = (f"{stage.micro_batch_tokens} tokens per micro-batch, {precision}, activation checkpointing "
                    f"{'on' if stage.activation_checkpointing else 'off'}" + (f", {ranks} ranks" if ranks > 1 else ""))
@@ -212,7 +213,7 @@ def _sft_estimate(config: Any, stage: Any, where: str, ask_hub: bool,
 
 
 def _sharded(memory: TrainerMemory, ranks: int) -> TrainerMemory:
-    """Per rank under FSDP2's full shard: weights, gradients, AdamW and reference split N ways."""
+    """Per rank under FSDP2's full shard: weights, gradients, optimizer state and reference split N ways."""
     if ranks == 1:
         return memory
     return TrainerMemory(memory.weights // ranks, memory.gradients // ranks, memory.optimizer // ranks,

@@ -188,11 +188,11 @@ def test_schedule_scales_each_groups_own_peak():
     config = OptimizerConfig(name="muon", lr=0.02, adamw_lr=0.001)
     optimizer = build_optimizer(tiny_model(), config, lr=0.005, weight_decay=0.0)
     assert [g["lr"] for g in optimizer.param_groups] == [0.02, 0.001]
-    set_scheduled_lr(optimizer, config, lr=0.005, factor=0.5)
+    set_scheduled_lr(optimizer, config, lr=0.005, schedule=lambda peak: peak * 0.5)
     assert [g["lr"] for g in optimizer.param_groups] == [0.01, 0.0005]
     plain = OptimizerConfig(name="muon")  # None: the trainer's lr for both groups
     optimizer = build_optimizer(tiny_model(), plain, lr=0.005, weight_decay=0.0)
-    set_scheduled_lr(optimizer, plain, lr=0.005, factor=0.1)
+    set_scheduled_lr(optimizer, plain, lr=0.005, schedule=lambda peak: peak * 0.1)
     assert [g["lr"] for g in optimizer.param_groups] == [0.005 * 0.1] * 2
 
 
@@ -230,6 +230,8 @@ def test_config_refusals_and_short_form():
     assert OptimizerConfig().name == "adamw"
     with pytest.raises(ValueError, match="set name: muon"):
         OptimizerConfig(momentum=0.9)
+    dumped = OptimizerConfig().model_dump(mode="json")  # every field present, as in torchrun's yaml
+    assert OptimizerConfig.model_validate(dumped) == OptimizerConfig()
     with pytest.raises(ValueError, match="adamw_betas"):
         OptimizerConfig(name="muon", adamw_betas=(0.9, 1.0))
     with pytest.raises(ValueError):

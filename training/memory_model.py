@@ -12,7 +12,10 @@ between updates (while the engine samples) the trainer holds its weights, AdamW 
 KL reference is a second fp32 copy (4) with no gradients or optimizer. LoRA freezes the base (4 per
 base parameter; 2 for the adapted linear weights under bf16 autocast, which casts them to bf16 for
 every matmul anyway: training/lora/adapters.py base_weights_in_bf16) and trains the adapters at 16
-bytes each.
+bytes each. `optimizer: muon` keeps one fp32 momentum buffer (4) on each hidden matrix instead of AdamW's
+two moments (8), and AdamW's two on the embeddings, head, norms and biases (training/optim/memory.py
+`optimizer_state_bytes`, by parameter shape): SmolLM2-135M's 28.3M-weight embedding stays at 8 bytes, its
+106.2M layer matrices drop to 4.
 
 Activations, bytes per token: what autograd keeps for the backward pass of a Hugging Face
 Llama/Qwen2 decoder with SDPA attention (no [T, T] tensor), counted tensor by tensor with
@@ -43,6 +46,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from passband.training.optim.config import OptimizerConfig
+from passband.training.optim.memory import optimizer_state_bytes
 
 GIB = 2**30
 
@@ -101,6 +107,30 @@ class ModelShape:
         q_dim = self.heads * self.head_dim
         return self.hidden * (q_dim + 2 * self.kv_dim) + q_dim * self.hidden + 3 * self.hidden * self.intermediate
 
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every weight's shape by its Llama name (a tied head once, as the embedding): what the optimizer's
+        state is counted from (training/optim/memory.py reads the names to tell Muon's matrices from AdamW's)."""
+        q_dim = self.heads * self.head_dim
+        shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (self.vocab, self.hidden)}
+        for layer in range(self.layers):
+            prefix = f"model.layers.{layer}."
+            shapes |= {prefix + "self_attn.q_proj.weight": (q_dim, self.hidden),
+                       prefix + "self_attn.k_proj.weight": (self.kv_dim, self.hidden),
+                       prefix + "self_attn.v_proj.weight": (self.kv_dim, self.hidden),
+                       prefix + "self_attn.o_proj.weight": (self.hidden, q_dim),
+                       prefix + "mlp.gate_proj.weight": (self.intermediate, self.hidden),
+                       prefix + "mlp.up_proj.weight": (self.intermediate, self.hidden),
+                       prefix + "mlp.down_proj.weight": (self.hidden, self.intermediate),
+                       prefix + "input_layernorm.weight": (self.hidden,),
+                       prefix + "post_attention_layernorm.weight": (self.hidden,)}
+            if self.attention_bias:
+                shapes |= {prefix + f"self_attn.{name}_proj.bias": (size,)
+                           for name, size in (("q", q_dim), ("k", self.kv_dim), ("v", self.kv_dim))}
+        shapes["model.norm.weight"] = (self.hidden,)
+        if not self.tied_embeddings:
+            shapes["lm_head.weight"] = (self.vocab, self.hidden)
+        return shapes
+
     @property
     def parameters(self) -> int:
         """Every weight: embedding, the layers, the final norm and an untied LM head."""
@@ -154,7 +184,7 @@ class TrainerMemory:
         return self.persistent + self.gradients + self.autocast_copies + self.activations + self.logits
 
     def lines(self) -> list[str]:
-        parts = {"weights": self.weights, "gradients": self.gradients, "AdamW state": self.optimizer,
+        parts = {"weights": self.weights, "gradients": self.gradients, "optimizer state": self.optimizer,
                  "KL reference": self.reference, "autocast bf16 copies": self.autocast_copies,
                  "activations": self.activations, "LM-head chunk": self.logits}
         return [f"{name:22s} {gib(value):8.2f} GiB" for name, value in parts.items() if value]
@@ -162,9 +192,11 @@ class TrainerMemory:
 
 def trainer_memory(shape: ModelShape, precision: Precision, tokens_per_micro_batch: int, logprob_chunk: int,
                    kl_reference: bool = False, lora_parameters: int | None = None,
-                   checkpointing: bool = False, eager_sequence_tokens: int | None = None) -> TrainerMemory:
+                   checkpointing: bool = False, eager_sequence_tokens: int | None = None,
+                   optimizer: OptimizerConfig | None = None) -> TrainerMemory:
     """The trainer's peak during one micro-batch's forward and backward (module docstring).
-    `lora_parameters`: the adapters' parameter count (None: every weight trains)."""
+    `lora_parameters`: the adapters' parameter count (None: every weight trains); `optimizer`: the
+    trainer's (None: AdamW; Muon refuses LoRA, so its state is counted for full fine-tuning only)."""
     n = shape.parameters
     trained = n if lora_parameters is None else lora_parameters
     frozen = 0
@@ -174,7 +206,8 @@ def trainer_memory(shape: ModelShape, precision: Precision, tokens_per_micro_bat
     return TrainerMemory(
         weights=4 * trained + frozen,
         gradients=4 * trained,
-        optimizer=8 * trained,
+        optimizer=(optimizer_state_bytes(shape.parameter_shapes(), optimizer)
+                   if optimizer is not None and lora_parameters is None else 8 * trained),
         # with adapters the reference is the same model, adapters off: no second copy
         reference=FROZEN_BYTES_PER_PARAMETER * n if kl_reference and lora_parameters is None else 0,
         autocast_copies=(AUTOCAST_COPY_BYTES * shape.layer_parameters * (1 if checkpointing else shape.layers)

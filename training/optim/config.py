@@ -28,7 +28,8 @@ as large as still drives every singular value into about [0.68, 1.13] in 5 steps
 MUON_FIELDS = ("lr", "weight_decay", "momentum", "nesterov", "newton_schulz_steps", "newton_schulz_coefficients",
                "newton_schulz_dtype", "update_scale", "adamw_lr", "adamw_betas", "adamw_weight_decay",
                "matrices_per_rank")
-"""The settings only `name: muon` reads: set with `name: adamw` they are refused rather than ignored."""
+"""The settings only `name: muon` reads: set away from their defaults with `name: adamw` they are refused rather
+than ignored."""
 
 
 class OptimizerConfig(BaseModel):
@@ -105,10 +106,19 @@ class OptimizerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "OptimizerConfig":
-        muon_only = sorted(self.model_fields_set & set(MUON_FIELDS))
+        # by value, not by model_fields_set: a dumped config (torchrun's yaml, Prefect's parameters) sets every field
+        muon_only = sorted(name for name in MUON_FIELDS if getattr(self, name) != type(self).model_fields[name].default)
         if self.name == "adamw" and muon_only:
             raise ValueError(f"optimizer settings {muon_only} are Muon's and name is 'adamw': set name: muon, or "
                              "remove them (AdamW's lr, betas and weight decay are the trainer's own settings)")
         if self.adamw_betas is not None and not all(0.0 <= beta < 1.0 for beta in self.adamw_betas):
             raise ValueError(f"adamw_betas must each be in [0, 1), got {self.adamw_betas}")
         return self
+
+
+def refuse_muon_with_lora(optimizer: OptimizerConfig, lora: object | None) -> None:
+    """Muon on LoRA is refused rather than run: orthogonalising each adapter factor (A [r, in], B [out, r]) is not
+    Muon's update of the adapted matrix B A, and no published recipe says what is (the trainers' configs call this)."""
+    if optimizer.name == "muon" and lora is not None:
+        raise ValueError("optimizer: muon with lora: Muon orthogonalises whole weight matrices, not adapter factors; "
+                         "set optimizer: adamw to train adapters, or remove lora to train every weight with Muon")

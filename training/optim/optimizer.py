@@ -10,6 +10,7 @@ AdamW's own keys, stepped by torch's functional AdamW, so that group trains bit 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -123,8 +124,18 @@ def peak_lrs(config: OptimizerConfig, lr: float) -> list[float]:
     return [lr] if config.name == "adamw" else [config.lr or lr, config.adamw_lr or lr]
 
 
-def set_scheduled_lr(optimizer: torch.optim.Optimizer, config: OptimizerConfig, lr: float, factor: float) -> None:
-    """Set each group's rate to its peak (`peak_lrs`) times the schedule's `factor` (warmup, decay): the groups
-    keep their ratio. The peaks come from the config, not the optimizer, so a resume follows today's settings."""
+def set_scheduled_lr(optimizer: torch.optim.Optimizer, config: OptimizerConfig, lr: float,
+                     schedule: Callable[[float], float]) -> None:
+    """Set each group's rate to `schedule(peak)` of its own peak (`peak_lrs`; the trainer's being `lr`), so the
+    groups keep their ratio through warmup and decay. The schedule takes the peak rather than returning a factor
+    so that AdamW's one group gets exactly the float the trainer computed before (lr_at(step, lr, ...), not
+    lr * (lr_at / lr)). The peaks come from the config, not the optimizer, so a resume follows today's settings."""
     for group, peak in zip(optimizer.param_groups, peak_lrs(config, lr), strict=True):
-        group["lr"] = peak * factor
+        group["lr"] = schedule(peak)
+
+
+def optimizer_order_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The names of `optimizer`'s parameters in its state_dict's index order (group by group): MuonAdamW's
+    groups are not in `model.parameters()` order, and LoRA's optimizer holds the adapters only."""
+    names = {id(parameter): name for name, parameter in model.named_parameters()}
+    return [names[id(parameter)] for group in optimizer.param_groups for parameter in group["params"]]

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.lora.settings import RLLoraConfig
+from passband.training.optim.config import OptimizerConfig, refuse_muon_with_lora
 from passband.training.rl.algebra.kl_rules import check_kl_placement, refuse_renamed_estimator
 from passband.training.runtime.schedule import lr_at
 from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
@@ -119,6 +120,12 @@ class RLAlgoConfig(BaseModel):
     )
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW (beta1, beta2).")
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig,
+        description="'adamw' (the default: one AdamW over every trainable weight with lr, betas and weight_decay) or "
+        "'muon' (Muon on the hidden matrices, AdamW on embeddings, the LM head, norms and biases; lr and "
+        "weight_decay transfer: training/optim/config.py). A bare name is the whole setting (`optimizer: muon`).",
+    )
     grad_clip: float | None = Field(
         default=1.0, gt=0, description="Max global L2 norm of each step's gradient; None disables clipping (the norm is still logged)."
     )
@@ -331,6 +338,7 @@ class RLAlgoConfig(BaseModel):
                              "lora.start: fresh (new adapters on the merged checkpoint, which is then the reference)")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {self.betas}")
+        refuse_muon_with_lora(self.optimizer, self.lora)
         # Refuse k1 as a loss (zero expected gradient) and warn on k3 as a loss, even at kl_coef=0,
         # so a preset that only later raises the coefficient fails now rather than mid-run.
         check_kl_placement(self.kl_placement, self.kl_estimator)

@@ -77,11 +77,13 @@ from passband.training.runtime.precision import autocast_for, resolve_precision
 __all__ = ["LossInputs", "RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 
 
-def build_optimizer(model: torch.nn.Module, cfg: RLAlgoConfig) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters with the config's lr, betas and weight decay; fused on CUDA."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
-                             **fused_on(params[0].device))
+def build_optimizer(model: torch.nn.Module, cfg: RLAlgoConfig) -> torch.optim.Optimizer:
+    """cfg.optimizer over the trainable parameters (training/optim/: AdamW, or Muon and AdamW) with the config's
+    lr, betas and weight decay; AdamW fused on CUDA."""
+    from passband.training.optim.optimizer import build_optimizer as build
+
+    device = next(p.device for p in model.parameters() if p.requires_grad)
+    return build(model, cfg.optimizer, cfg.lr, cfg.weight_decay, cfg.betas, fused=bool(fused_on(device)))
 
 
 def advantages_with_kl(
@@ -342,10 +344,11 @@ def _set_scheduled_lr(optimizer: torch.optim.Optimizer, params: list[Tensor], cf
     as it was built (`build_optimizer` builds it with cfg.lr; tests build theirs with their own)."""
     if cfg.lr_schedule == "constant" and cfg.lr_warmup_steps == 0:
         return
-    state = optimizer.state.get(params[0], {})
+    from passband.training.optim.optimizer import set_scheduled_lr
+
+    state = optimizer.state.get(params[0], {})  # Muon's matrices count steps as AdamW's weights do
     step = int(state["step"]) if "step" in state else 0  # one read of the device per step on CUDA (fused AdamW)
-    for group in optimizer.param_groups:
-        group["lr"] = cfg.lr * cfg.lr_factor(step)
+    set_scheduled_lr(optimizer, cfg.optimizer, cfg.lr, lambda peak: peak * cfg.lr_factor(step))
 
 
 def rl_update(

@@ -2,7 +2,8 @@
 
 A checkpoint the ranks write has training/checkpoint.py's directory, with the trainer state
 sharded rather than gathered:
-  shards/               DCP: {"model": the weights, "optimizer": the AdamW state}, keyed by
+  shards/               DCP: {"model": the weights, "optimizer": the optimizer state (AdamW's two
+                        moments, or Muon's one momentum buffer per matrix: training/optim/)}, keyed by
                         parameter name, one file per rank (__<rank>_0.distcp) and `.metadata`
   model.safetensors (+ config.json, generation_config.json), tokenizer files
                         the HF export the engines, evaluation and MLflow read: the weights
@@ -16,7 +17,7 @@ ranks must share the checkpoint directory's storage.
 
 Resuming is independent of how many ranks wrote the checkpoint and of its layout: the weights
 (training/runtime/meta_init.py `fill_weights` under ranks; the HF export in one process) and then the
-AdamW and RNG states (`restore_training_state`). DCP reshards on load (N ranks -> M, one process
+optimizer and RNG states (`restore_training_state`). DCP reshards on load (N ranks -> M, one process
 included); a one-process checkpoint (optimizer.pt) is read by rank 0 and broadcast, every rank
 keeping its shards.
 """
@@ -101,7 +102,7 @@ def load_sharded_weights(path: Path, model: torch.nn.Module) -> None:
 
 
 def restore_training_state(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The AdamW state and RNG states of checkpoint `path` (either layout, written by any number of
+    """The optimizer state and RNG states of checkpoint `path` (either layout, written by any number of
     ranks) into `optimizer` over `model`'s parameters (sharded under ranks, plain in one process);
     the weights are the caller's (`fill_weights` under ranks). Returns its trainer_state.json.
     A collective under ranks."""
@@ -109,7 +110,8 @@ def restore_training_state(path: Path, model: torch.nn.Module, optimizer: torch.
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     from passband.training.checkpoint import read_trainer_state, restore_rng_state
-    from passband.training.runtime.distributed import optimizer_state_by_name, parameter_names, rank, world_size
+    from passband.training.optim.optimizer import optimizer_order_names
+    from passband.training.runtime.distributed import optimizer_state_by_name, rank, world_size
 
     if is_sharded(path):
         state = {"optimizer": sharded_state(model, optimizer)["optimizer"]}
@@ -119,9 +121,9 @@ def restore_training_state(path: Path, model: torch.nn.Module, optimizer: torch.
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
     else:  # rank 0 reads the one-process state; every rank keeps its shards
         full = {}
-        if rank() == 0:
+        if rank() == 0:  # optimizer.pt's indices run group by group (Muon's matrices first), not in model order
             full = optimizer_state_by_name(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True),
-                                           parameter_names(model))
+                                           optimizer_order_names(model, optimizer))
         set_optimizer_state_dict(model, optimizer, full,
                                  options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     restore_rng_state(torch.load(path / "rng.pt", map_location="cpu", weights_only=True))

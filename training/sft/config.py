@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.lora.settings import LoraConfig
+from passband.training.optim.config import OptimizerConfig, refuse_muon_with_lora
 from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
 
@@ -33,6 +34,12 @@ class StageConfig(BaseModel):
         default="cosine", description="Decay after warmup: cosine to 0, constant, or linear to 0 over the remaining steps."
     )
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW decoupled weight decay.")
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig,
+        description="'adamw' (the default: one AdamW over every trainable weight, betas (0.9, 0.999)) or 'muon' "
+        "(Muon on the hidden matrices, AdamW on embeddings, the LM head, norms and biases; lr and weight_decay "
+        "transfer: training/optim/config.py). A bare name is the whole setting (`optimizer: muon`).",
+    )
     batch_tokens: int = Field(gt=0, description="Real (unpadded) tokens per optimizer step, at most; gradients accumulate over micro-batches up to it.")
     micro_batch_tokens: int = Field(gt=0, description="Padded tokens (rows x longest row) per forward/backward pass; bounds activation memory.")
     loss_chunk_size: int = Field(default=1024, gt=0, description="Tokens per chunk of the LM head + cross-entropy (memory O(chunk x vocab)).")
@@ -91,4 +98,5 @@ class StageConfig(BaseModel):
                 f"stage {self.name!r}: batch_tokens={self.batch_tokens} < max_length={self.max_length}; "
                 "the longest example must fit in a step"
             )
+        refuse_muon_with_lora(self.optimizer, self.lora)
         return self

@@ -4,11 +4,12 @@ One optimizer step: the sampler picks examples up to `batch_tokens` real tokens;
 into rows of at most `max_length` tokens and the rows grouped into micro-batches of at most
 `micro_batch_tokens` padded tokens; each micro-batch's summed token loss is divided by the step's
 total number of loss tokens before backward, so the accumulated gradient is exactly that of the
-token-mean loss over the whole step, however the step is split. Then clip, AdamW, next step.
+token-mean loss over the whole step, however the step is split. Then clip, the optimizer (the stage's
+`optimizer`: AdamW, or Muon and AdamW, training/optim/), next step.
 Under torchrun (WORLD_SIZE > 1) the same loop runs on every rank with the model sharded by FSDP2
 and the step's micro-batches split across ranks; see training/runtime/distributed.py.
 
-Resume: a checkpoint holds the weights, AdamW state, RNG states and the sampler's (epoch, cursor);
+Resume: a checkpoint holds the weights, optimizer state, RNG states and the sampler's (epoch, cursor);
 the learning rate is a pure function of the step. Continuing from it runs exactly the steps an
 uninterrupted run would have run (tests/test_sft_resume.py checks the final weights are equal).
 """
@@ -40,6 +41,7 @@ from passband.training.runtime.device import fused_on, peak_memory_mb, resolve_d
 from passband.training.sft.packing import SFTExample, collate_packed, group_micro_batches, pack_first_fit_decreasing
 from passband.training.runtime.precision import resolve_precision
 from passband.training.sft.sampler import SamplerState, StepSampler, count_steps
+from passband.training.optim.optimizer import build_optimizer, set_scheduled_lr
 from passband.training.runtime.schedule import lr_at
 
 MetricsCallback = Callable[[dict[str, float], int], None]
@@ -237,9 +239,8 @@ def _set_up(model: Any, tokenizer: Any, examples: list[SFTExample], cfg: StageCo
         state = _resume_state(resume_from, {"stage": cfg.name, "seed": cfg.seed, "data_fingerprint": fingerprint,
                                             "total_steps": total_steps})
     loss_module, device, previous_attention = _prepare_model(model, cfg, resume_from, start_weights)
-    # Built on the sharded parameters: under FSDP2 each rank's AdamW holds its shard's moments.
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                                  weight_decay=cfg.weight_decay, **fused_on(device))
+    # Built on the sharded parameters: under FSDP2 each rank's optimizer holds its shard's state.
+    optimizer = build_optimizer(model, cfg.optimizer, cfg.lr, cfg.weight_decay, fused=bool(fused_on(device)))
     step, sampler_state = 0, SamplerState()
     if state is not None:  # AdamW and RNG, whatever number of ranks wrote it
         restore_training_state(resume_from, model, optimizer)
@@ -255,8 +256,8 @@ def _optimizer_step(model: Any, examples: list[SFTExample], stage: _Stage, cfg: 
     """One step: the scheduled rate, the sampler's examples forward and backward, clip, AdamW; its metrics."""
     start = time.perf_counter()
     lr = lr_at(stage.step, cfg.lr, cfg.warmup_steps, stage.total_steps, cfg.schedule)
-    for group in stage.optimizer.param_groups:
-        group["lr"] = lr
+    set_scheduled_lr(stage.optimizer, cfg.optimizer, cfg.lr,
+                     lambda peak: lr_at(stage.step, peak, cfg.warmup_steps, stage.total_steps, cfg.schedule))
     step_examples = [examples[i] for i in stage.sampler.next_step()]
     metrics = train_step(stage.loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, stage.pad_id,
                          stage.device, world_size(), rank())
