@@ -19,7 +19,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from passband.training.sft.attention import VARLEN_SDPA
+from passband.training.runtime.varlen_attention import VARLEN_SDPA
 from passband.training.runtime.chunked_loss import chunked_lm_loss
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.sft.packing import SFTExample, block_causal_mask, collate_packed

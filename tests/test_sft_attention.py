@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from passband.training.sft.attention import VARLEN_SDPA, resolve_attention
+from passband.training.runtime.varlen_attention import VARLEN_SDPA, resolve_attention
 from passband.training.runtime.chunked_loss import chunked_lm_loss
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.sft.packing import SFTExample, block_causal_mask, collate_packed, pack_first_fit_decreasing

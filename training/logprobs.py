@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from passband.training.runtime.chunked_loss import DEFAULT_CHUNK_SIZE, logprobs_of_tokens
+from passband.training.runtime.packed_rows import pack_sequences
 
 
 @dataclass
@@ -73,6 +74,44 @@ def response_logprobs(
         targets += response
     # Built on the host, moved once: a host index into a device tensor is a copy per call (or an error).
     selected = hidden[torch.tensor(rows, dtype=torch.long).to(device), torch.tensor(cols, dtype=torch.long).to(device)]
+    return _padded_logprobs(model, selected, response_ids, targets, temperature, chunk_size)
+
+
+def packed_response_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    response_ids: list[list[int]],
+    temperature: float = 1.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    pad_to_multiple: int = 1,
+) -> ResponseLogprobs:
+    """`response_logprobs` with the rows packed into one sequence (training/runtime/packed_rows.py): no padding
+    between rows, position ids restarting per row, attention kept inside each row by the varlen kernel, which
+    `model` must be set to (training/runtime/varlen_attention.py: varlen_attention). The same [B, T] result,
+    equal to the padded forward's up to float rounding; `pad_to_multiple` rounds the pack's length instead."""
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to define log-probs, got {temperature}")
+    device = model.lm_head.weight.device
+    packed = pack_sequences([p + r for p, r in zip(prompt_ids, response_ids)], pad_to_multiple)
+    cu_seqlens = packed.cu_seqlens.to(device)
+    hidden = model.model(input_ids=packed.input_ids.to(device), position_ids=packed.position_ids.to(device),
+                         use_cache=False, cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens,
+                         max_length_q=packed.max_length, max_length_k=packed.max_length).last_hidden_state  # [1, N, H]
+    positions, targets = [], []
+    for start, prompt, response in zip(packed.row_starts, prompt_ids, response_ids):
+        first = start + len(prompt) - 1  # the hidden state just before the row's first response token
+        positions += range(first, first + len(response))
+        targets += response
+    selected = hidden[0, torch.tensor(positions, dtype=torch.long).to(device)]
+    return _padded_logprobs(model, selected, response_ids, targets, temperature, chunk_size)
+
+
+def _padded_logprobs(model: torch.nn.Module, selected: torch.Tensor, response_ids: list[list[int]],
+                     targets: list[int], temperature: float, chunk_size: int) -> ResponseLogprobs:
+    """The log-probs of `targets` from their predicting hidden states `selected` [N, H], right-padded [B, T]."""
+    device = model.lm_head.weight.device
     flat = logprobs_of_tokens(  # [N] over the selected positions
         selected / temperature, model.lm_head.weight, torch.tensor(targets).to(device), chunk_size
     )

@@ -170,6 +170,15 @@ class RLAlgoConfig(BaseModel):
         "--varied-lengths: 2.66 -> 3.05 GB over 8 updates, against 2.59 flat at one length). 16 bounds the lengths "
         "to one per 16 tokens at under 16 padded tokens per row; 1 pads to the longest row.",
     )
+    pack_rows: bool = Field(
+        default=False,
+        description="Packed micro-batches (issue 68): a micro-batch's rows run through the decoder as one sequence, "
+        "with no padding between them, position ids restarting per row and the varlen attention kernel keeping each "
+        "row's attention inside it (training/runtime/packed_rows.py, varlen_attention.py), instead of each row padded "
+        "to the micro-batch's longest; the log-probs and entropy come back in the padded [rows, T] layout, so every "
+        "term of the loss is computed as before (tests/test_rl_packed_rows.py: the same weights within 1e-5). "
+        "pad_to_multiple then rounds the pack's length. Off by default until measured on the demo.",
+    )
     trim_heap: bool = Field(
         default=True,
         description="After each update, return the heap it freed (activations, logits) to the OS with malloc_trim "

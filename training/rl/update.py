@@ -40,6 +40,11 @@ head), and entropy through `entropy_from_hidden` (chunked): no [tokens, vocab] l
 more than one chunk at a time. Dropout must be off in `model` (RL needs the trainer's
 log-probs at theta_k to be deterministic); this module does not change train/eval mode.
 
+Packed rows (cfg.pack_rows, off by default): each micro-batch's rows run through the decoder as one sequence
+(`packed_response_logprobs`: no padding, position ids restarting per row, the varlen attention kernel, set for the
+whole update by `_attention_for`), and come back as the same `[mb, w]` log-probs and entropy: the micro-batches,
+the loss inputs and every term of the loss are as in the padded path (tests/test_rl_packed_rows.py).
+
 Precision (cfg.precision): every trainer forward, the no-grad scoring pass and the inner steps
 alike, goes through `_forward_logprobs`, under bf16 autocast or in fp32; pi_old and pi_theta are
 therefore computed at the same precision and the first inner step's ratio is exactly 1.
@@ -49,13 +54,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from passband.training.heap import trim_heap
-from passband.training.logprobs import ResponseLogprobs, pad_rows, response_logprobs
+from passband.training.logprobs import ResponseLogprobs, packed_response_logprobs, pad_rows, response_logprobs
 from passband.training.rl.algebra.advantages import group_advantages, zero_variance_groups
 from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.lora.adapters import adapters_disabled
@@ -73,6 +79,7 @@ from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
 from passband.training.runtime.distributed import full_norm
 from passband.training.runtime.precision import autocast_for, resolve_precision
+from passband.training.runtime.varlen_attention import varlen_attention
 
 __all__ = ["LossInputs", "RolloutBatch", "advantages_with_kl", "build_optimizer", "rl_update"]
 
@@ -161,17 +168,18 @@ def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[i
     here, so they share precision and chunking and the first step's ratio is exactly 1. Under bf16
     autocast the decoder's matmuls run in bf16; the LM head and log-softmax stay fp32
     (`logprobs_of_tokens`). Backward runs outside the autocast context, as torch prescribes.
-    hidden: when given, receives the decoder's final hidden states `[mb, L, H]` (a forward hook),
-    from which `_chunk_entropy` computes the entropy without another forward."""
+    hidden: when given, receives the decoder's final hidden states `[mb, L, H]` (`[1, N, H]` packed) (a forward
+    hook), from which `_chunk_entropy` computes the entropy without another forward. cfg.pack_rows: the rows in
+    one sequence (`packed_response_logprobs`), the same `[mb, w]` log-probs up to float rounding."""
     handle = None
     if hidden is not None:
         handle = model.model.register_forward_hook(lambda _m, _args, out: hidden.append(out.last_hidden_state))
     try:
         with autocast_for(precision, model.lm_head.weight.device):
             def run(lm: torch.nn.Module) -> tuple[Tensor, Tensor]:
-                out = response_logprobs(lm, [batch.prompt_ids[i] for i in chunk],
-                                        [batch.response_ids[i] for i in chunk], batch.temperature,
-                                        cfg.logprob_chunk_size, cfg.pad_to_multiple)
+                forward = packed_response_logprobs if cfg.pack_rows else response_logprobs
+                out = forward(lm, [batch.prompt_ids[i] for i in chunk], [batch.response_ids[i] for i in chunk],
+                              batch.temperature, cfg.logprob_chunk_size, cfg.pad_to_multiple)
                 return out.logp, out.mask
 
             logp, mask = through_root(model, run)
@@ -181,12 +189,19 @@ def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[i
             handle.remove()
 
 
-def _response_hidden(hidden: Tensor, prompt_ids: list[list[int]], response_ids: list[list[int]], width: int) -> Tensor:
-    """[mb, width, H] final hidden states at the positions that predict each response token."""
+def _response_hidden(hidden: Tensor, prompt_ids: list[list[int]], response_ids: list[list[int]], width: int,
+                     packed: bool = False) -> Tensor:
+    """[mb, width, H] final hidden states at the positions that predict each response token; `hidden` is
+    `[mb, L, H]`, or `[1, N, H]` when `packed` (row i from the sum of the earlier rows' lengths on)."""
     out = hidden.new_zeros(len(response_ids), width, hidden.shape[-1])
+    row_start = 0
     for i, (prompt, response) in enumerate(zip(prompt_ids, response_ids)):
         start = len(prompt) - 1  # hidden state t predicts token t + 1
-        out[i, : len(response)] = hidden[i, start : start + len(response)]
+        if packed:
+            out[i, : len(response)] = hidden[0, row_start + start : row_start + start + len(response)]
+            row_start += len(prompt) + len(response)
+        else:
+            out[i, : len(response)] = hidden[i, start : start + len(response)]
     return out
 
 
@@ -195,7 +210,7 @@ def _chunk_entropy(model: torch.nn.Module, batch: RolloutBatch, chunk: list[int]
                    cfg: RLAlgoConfig) -> Tensor:
     """Token entropy `[mb, w]` of the rows `chunk` from their forward's final hidden states `[mb, L, H]`."""
     responses = _response_hidden(hidden.detach(), [batch.prompt_ids[i] for i in chunk],
-                                 [batch.response_ids[i] for i in chunk], mask.shape[1]) / batch.temperature
+                                 [batch.response_ids[i] for i in chunk], mask.shape[1], cfg.pack_rows) / batch.temperature
     return through_root(model, lambda lm: (
         entropy_from_hidden(responses, lm.lm_head.weight, mask, cfg.logprob_chunk_size, reduction="none"),))[0]
 
@@ -366,10 +381,21 @@ def rl_update(
     says what each is). With cfg.trim_heap, the heap the update freed (its activations) goes back to the OS
     before returning.
     """
-    metrics = _update(model, ref_model, optimizer, batch, cfg, generator)
+    with _attention_for(model, ref_model, cfg):
+        metrics = _update(model, ref_model, optimizer, batch, cfg, generator)
     if cfg.trim_heap:
         trim_heap()
     return metrics.as_dict()
+
+
+def _attention_for(model: torch.nn.Module, ref_model: torch.nn.Module | None, cfg: RLAlgoConfig) -> ContextManager:
+    """cfg.pack_rows: the policy and the reference on the varlen kernel for the whole update (its backward and
+    the checkpointed layers' recompute included), their own attention back after it; else nothing changes."""
+    if not cfg.pack_rows:
+        return nullcontext()
+    # the plain LM under ranks (ShardedPolicy.lm); the reference is the policy itself under LoRA
+    models = list({id(m): m for m in (getattr(m, "lm", m) for m in (model, ref_model) if m is not None)}.values())
+    return varlen_attention(models, model.lm_head.weight.device)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class StageConfig(BaseModel):
     grad_clip: float | None = Field(default=1.0, gt=0, description="Max global L2 norm of the gradient; None disables clipping (the norm is still logged).")
     attention: Literal["auto", "varlen_sdpa", "flash_attention_2"] = Field(
         default="auto",
-        description="Kernel that keeps packed documents apart without a [T, T] mask (training/sft/attention.py): "
+        description="Kernel that keeps packed documents apart without a [T, T] mask (training/runtime/varlen_attention.py): "
         "'flash_attention_2' (CUDA, flash-attn's varlen kernel), 'varlen_sdpa' (one causal SDPA per document, "
         "any device); 'auto' takes flash_attention_2 on CUDA when flash_attn is installed, else varlen_sdpa.",
     )

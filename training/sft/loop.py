@@ -36,7 +36,7 @@ from passband.training.lora.adapters import (adapter_checkpoint, attach_adapters
 from passband.training.sft.config import StageConfig
 from passband.training.runtime.distributed import full_norm, rank, rank_micro_batches, shard_for_training, world_size
 from passband.training.sft.model_loss import PackedLMLoss
-from passband.training.sft.attention import resolve_attention
+from passband.training.runtime.varlen_attention import resolve_attention
 from passband.training.runtime.device import fused_on, peak_memory_mb, resolve_device
 from passband.training.sft.packing import SFTExample, collate_packed, group_micro_batches, pack_first_fit_decreasing
 from passband.training.runtime.precision import resolve_precision

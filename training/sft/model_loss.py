@@ -6,7 +6,7 @@ one nn.Module matters under FSDP2: the root's hooks unshard the embeddings/norm/
 the whole forward, including the loss, and reduce their gradients after backward.
 
 A packed micro-batch [B, T] is flattened to one row [1, B*T]: its documents (and each row's
-padding tail) are delimited by `cu_seqlens`, the attention kernel (training/sft/attention.py)
+padding tail) are delimited by `cu_seqlens`, the attention kernel (training/runtime/varlen_attention.py)
 keeps every document to itself, and position ids restart per document, so each token sees exactly
 what it would see alone; the per-token loss does not care which row a token came from.
 """
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from passband.training.sft.attention import VARLEN_SDPA
+from passband.training.runtime.varlen_attention import VARLEN_SDPA
 from passband.training.runtime.chunked_loss import chunked_lm_loss
 from passband.training.runtime.precision import autocast_for
 

@@ -4,7 +4,7 @@ Rows are filled first-fit-decreasing (deterministic: ties broken by example inde
 carries position ids that restart at 0 for every example (so RoPE sees each example as if alone),
 a segment id per token, and `cu_seqlens`, the example boundaries over the flattened [B*T] tokens
 (each row's padding tail is one more segment). Training keeps every example to itself with a
-varlen attention kernel fed `cu_seqlens` (training/sft/attention.py), in memory linear in T.
+varlen attention kernel fed `cu_seqlens` (training/runtime/varlen_attention.py), in memory linear in T.
 `block_causal_mask` builds the equivalent dense [B, 1, T, T] additive mask (4 GB per 32K row in
 fp32); it is kept only as the reference the tests compare the varlen path against.
 

@@ -1,7 +1,8 @@
-"""Document-isolated attention for packed rows, without a [T, T] mask.
+"""Document-isolated attention for packed rows, without a [T, T] mask (SFT's packs and RL's packed rows).
 
 A packed micro-batch is flattened to one row of B*T tokens whose documents (and padding tails) are
-given by `cu_seqlens` (training/sft/packing.py). Two kernels keep each document to itself:
+given by `cu_seqlens` (SFT: training/sft/packing.py; RL: training/runtime/packed_rows.py). Two kernels
+keep each document to itself:
 
 - "flash_attention_2" (CUDA with `flash_attn` installed): transformers' own varlen path, which
   takes `cu_seq_lens_q/k` and `max_length_q/k` as forward kwargs and calls `flash_attn_varlen_func`.
@@ -26,6 +27,8 @@ The dense [B, 1, T, T] mask (`packing.block_causal_mask`) stays only as the test
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -56,7 +59,7 @@ def varlen_sdpa_attention(
     if cu_seq_lens_q is None or attention_mask is not None or query.shape[0] != 1:
         raise ValueError(
             f"{VARLEN_SDPA} serves packed training only: one flattened row, no attention_mask, and "
-            "cu_seq_lens_q (see training/sft/model_loss.py); use attn_implementation='sdpa' elsewhere"
+            "cu_seq_lens_q (training/sft/model_loss.py, training/logprobs.py: packed_response_logprobs); use attn_implementation='sdpa' elsewhere"
         )
     lengths = cu_seq_lens_q.diff().tolist()
     pieces = [
@@ -82,3 +85,20 @@ def resolve_attention(setting: AttentionSetting, device: torch.device) -> str:
     if setting == "flash_attention_2" and device.type != "cuda":
         raise ValueError(f"attention='flash_attention_2' needs a CUDA device, got {device}; use 'auto' or 'varlen_sdpa'")
     return "flash_attention_2" if setting == "flash_attention_2" else VARLEN_SDPA
+
+
+@contextmanager
+def varlen_attention(models: list[torch.nn.Module], device: torch.device) -> Iterator[None]:
+    """Every model of `models` on the varlen kernel ("auto": `resolve_attention`) inside the block, its own
+    attention implementation back after it. The block must hold the backward too: activation checkpointing
+    recomputes the layers' forward there, with the varlen kwargs and no mask, which only the varlen kernel
+    reads as causal-per-document (eager and sdpa would read it as full attention over the pack)."""
+    kernel = resolve_attention("auto", device)
+    previous = [model.config._attn_implementation for model in models]
+    try:
+        for model in models:
+            model.set_attn_implementation(kernel)
+        yield
+    finally:
+        for model, implementation in zip(models, previous):
+            model.set_attn_implementation(implementation)
