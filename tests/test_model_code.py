@@ -103,3 +103,28 @@ def test_an_edit_to_the_models_code_changes_every_stage_key(tmp_path: Path) -> N
     assert all(b != a for b, a in zip(before, after))
     # a model without code adds nothing: the shipped model's keys stay what they were
     assert model_code_versions({"model": "smollm2-135m-instruct", "rl": {"model": "file:///x/y"}}) == {}
+
+
+@pytest.mark.slow  # vLLM's start-up on the CPU (~1.5 min on 2 shared cores)
+def test_vllm_serves_the_architecture_it_lacks_through_its_transformers_backend(twisted_dir: Path) -> None:
+    """vLLM has no TwistedLlama: with trust_remote_code it resolves TransformersForCausalLM, which runs the
+    folder's modeling_twisted.py; its log-probs are the twisted model's (plain Llama's differ by ~5e-2)."""
+    from passband.training.engines.config import SamplingConfig
+    from passband.training.engines.open import open_engine
+    from passband.training.model_source import load_causal_lm
+
+    settings = dict(kind="vllm", dtype="float32", trust_remote_code=True, kv_cache_gib=0.1, max_model_len=256,
+                    max_num_seqs=4)
+    # in this process vLLM's transformers backend would patch the model's own classes under the trainer
+    with pytest.raises(ValueError, match=r"engine.in_process: vLLM would patch \['TwistedLlamaForCausalLM'\]"):
+        open_engine(EngineConfig(**settings, in_process=True), twisted_dir)
+    model = load_causal_lm(twisted_dir, trust_remote_code=True)
+    engine = open_engine(EngineConfig(**settings, in_process=False), twisted_dir)
+    prompt = [5, 6, 7, 8]
+    sample = engine.generate([prompt], SamplingConfig(n=1, max_tokens=4, temperature=0, ignore_eos=True))[0][0]
+    engine.close()
+    ids = torch.tensor([prompt + list(sample.token_ids)])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0], -1)
+    expected = [logprobs[len(prompt) - 1 + i, token].item() for i, token in enumerate(sample.token_ids)]
+    assert sample.logprobs == pytest.approx(expected, abs=1e-4)

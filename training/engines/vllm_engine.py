@@ -132,7 +132,17 @@ class VLLMEngine:
         if config.kv_cache_gib == "batch":
             raise ValueError("kv_cache_gib='batch' is resolved by the RL flow from its batch; give the engine a "
                              "number of GiB (or null for memory_fraction)")
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", config.cpu_threads_bind)
+        if config.in_process and config.trust_remote_code:
+            from passband.training.model_source import model_code_files
+
+            if model_code_files(model_dir):
+                # vLLM's transformers backend decorates the model's own classes for its compiler in place,
+                # which breaks every torch model of them in this process (the trainer's: seen on vLLM 0.32)
+                import json
+
+                architectures = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures")
+                raise ValueError(f"engine.in_process: vLLM would patch {architectures}'s own classes ({model_dir}) in "
+                                 "the trainer's process; set engine.in_process: false for a model with its own code")
         # vLLM declares an engine core dead when one step takes over 300 s: a hang detector that a
         # CPU prefilling a full batch in emulated bf16 on a shared box can trip (a curate smoke run
         # died so 38 minutes in, at nice 10 beside other work). An hour still catches a hang.
