@@ -3,6 +3,7 @@ checkpoints and held-out evaluation. The update's own settings are `training.rl.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -18,6 +19,7 @@ from passband.training.episodes.setups import EnvironmentConfig, check_environme
 from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.batches.dynamic_sampling import DynamicSamplingConfig
+from passband.training.rl.batches.overlong import OverlongShaping
 from passband.training.runtime.config import DistributedConfig
 
 # Settings that change how a run proceeds, not what it produces: left out of the cache and run keys
@@ -43,6 +45,17 @@ class RewardConfig(Config):
     helps when the unparsable fraction rises: under 'mask' the probability taken off wrong-but-readable
     answers can flow into unreadable ones with nothing pushing back. Either way `unparsable_frac` counts
     them; `num_masked_unparsable` counts the masked ones only."""
+    # The two overlong settings are left out of the dump at their defaults (masked for every task),
+    # so a run without them keeps its resolved config, run key and checkpoints byte for byte.
+    overlong: OverlongShaping = Field(OverlongShaping(), exclude_if=lambda shaping: shaping == OverlongShaping())
+    """Every task's default for what an answer cut at sampling.max_tokens trains as
+    (training/rl/batches/overlong.py, docs/recipe.md section 4.4): `truncated: masked` (as
+    mask_truncated says; the default), `zero` (reward 0, kept in the gradient) or `soft` (DAPO's soft
+    overlong punishment over the last `buffer_tokens` before max_tokens, added to the task reward).
+    Logged per task as `{task}/overlong_penalised` (and, under soft, `{task}/overlong_penalty_mean`)."""
+    overlong_tasks: dict[str, OverlongShaping] = Field({}, exclude_if=lambda tasks: not tasks)
+    """Task -> its own overlong shaping in place of `overlong` (e.g. `{math: {truncated: soft,
+    buffer_tokens: 32}}`); a task not named takes `overlong`."""
     # Left out of the dump while empty, so a run without judges keeps its resolved config, and with
     # it its run key and checkpoints, byte for byte.
     judges: dict[TaskName, JudgeConfig] = Field({}, exclude_if=lambda judges: not judges)
@@ -50,6 +63,19 @@ class RewardConfig(Config):
     section 9): n analyses by the rubric per rollout, aggregated by mean or scaled verification; an
     unreadable judgement is `unparsable` and masked. The judge's texts are logged per iteration as
     `judge/iter-NNNNNN.jsonl`. The held-out evaluation's judges are `eval.judges`."""
+
+    def overlong_shaping(self, tasks: Iterable[str]) -> dict[str, OverlongShaping]:
+        """Each of `tasks`' overlong shaping: its own in `overlong_tasks`, else the run-wide `overlong`."""
+        return {task: self.overlong_tasks.get(task, self.overlong) for task in tasks}
+
+    def check_overlong(self, datasets: Iterable[str], max_tokens: int) -> None:
+        """One line when `overlong_tasks` names a task not trained on or a buffer does not fit below max_tokens."""
+        stray = sorted(set(self.overlong_tasks) - set(datasets))
+        if stray:
+            raise ValueError(f"reward.overlong_tasks names {stray}, which are not in datasets {sorted(datasets)}")
+        self.overlong.check_limit(max_tokens, "reward.overlong")
+        for task, shaping in self.overlong_tasks.items():
+            shaping.check_limit(max_tokens, f"reward.overlong_tasks.{task}")
 
 
 class KeepRolloutsConfig(Config):
@@ -212,6 +238,7 @@ class RLConfig(Config):
         if stray or any(w <= 0 for w in self.task_weights.values()):
             raise ValueError(f"task_weights must be positive and name tasks in datasets (bad: {stray or self.task_weights})")
         check_environments(self.math_tool, self.code_feedback, self.environments)
+        self.reward.check_overlong(self.datasets, self.sampling.max_tokens)
         if self.sampling.n < 2:
             raise ValueError(f"sampling.n={self.sampling.n}: GRPO needs at least 2 rollouts per prompt (a group)")
         if self.sampling.temperature <= 0:

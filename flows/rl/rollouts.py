@@ -145,12 +145,19 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     return [by_row[i] for i in range(len(rows))], counts
 
 
-def _batch(config: RLConfig, groups: list[ScoredGroup]) -> RolloutBatch:
+def _batch(config: RLConfig, groups: list[ScoredGroup]) -> tuple[RolloutBatch, dict[str, float]]:
+    """The batch of `groups`, each task's truncated answers shaped as its reward.overlong setting says
+    (masked by default: the batch mask_truncated gave), and the shaping's metrics."""
     from passband.training.rl.batches.batching import build_rollout_batch
+    from passband.training.rl.batches.overlong import shape_overlong
 
-    return build_rollout_batch([g.samples for g in groups], [g.rewards for g in groups], [g.valid for g in groups],
-                               [g.row["task"] for g in groups], config.reward.mask_truncated, config.sampling.temperature,
-                               config.reward.invalid_reward)
+    samples, tasks = [g.samples for g in groups], [g.row["task"] for g in groups]
+    shaped = shape_overlong(samples, [g.rewards for g in groups], [g.valid for g in groups], tasks,
+                            config.reward.overlong_shaping(set(tasks)), config.sampling.max_tokens,
+                            config.reward.mask_truncated)
+    batch = build_rollout_batch(samples, shaped.rewards, shaped.valid, tasks, False, config.sampling.temperature,
+                                config.reward.invalid_reward)  # mask_truncated off: shape_overlong masked per task
+    return batch, shaped.metrics
 
 
 def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
@@ -169,7 +176,8 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
             config, tokenizer, engine, problems, consumed, config.prompts_per_step, iteration_seed,
             judges or {})
         speed = rollout_stats([g.samples for g in groups], _seconds(spans, "rollout"))["tokens_per_s"]
-        return Rollouts(groups, _batch(config, groups), consumed, counts | {"rollout_tokens_per_s": speed},
+        batch, shaping = _batch(config, groups)
+        return Rollouts(groups, batch, consumed, counts | shaping | {"rollout_tokens_per_s": speed},
                         weight_version, spans, judged)
 
     pool: GroupPool[ScoredGroup] = GroupPool(need=config.prompts_per_step)
@@ -180,14 +188,15 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
             config, tokenizer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
             round_seed(iteration_seed, rounds), judges or {})
         judged += [record | {"round": rounds} for record in round_judged]
-        pool.add_round(groups, zero_variance_flags(_batch(config, groups)))
+        pool.add_round(groups, zero_variance_flags(_batch(config, groups)[0]))
         counts = {name: counts.get(name, 0.0) + round_counts.get(name, 0.0) for name in {*counts, *round_counts}}
         rounds, spans = rounds + 1, spans + round_spans
         samples += [g.samples for g in groups]
     kept = pool.batch(dynamic.when_short, iteration, rounds)
     speed = rollout_stats(samples, _seconds(spans, "rollout"))["tokens_per_s"]
-    metrics = counts | pool.metrics(rounds) | {"rollout_tokens_per_s": speed}
-    return Rollouts(kept, _batch(config, kept), consumed, metrics, weight_version, spans, judged)
+    batch, shaping = _batch(config, kept)
+    metrics = counts | pool.metrics(rounds) | shaping | {"rollout_tokens_per_s": speed}
+    return Rollouts(kept, batch, consumed, metrics, weight_version, spans, judged)
 
 
 def _seconds(spans: list[Span], phase: str) -> float:
