@@ -187,8 +187,8 @@ def test_rl_with_muon_on_two_ranks_equals_one_process_and_resumes_in_one(tmp_pat
     tiny_tokenizer().save_pretrained(model_dir)
     batches = [_batch(start, seed) for seed in (1, 2, 3)]
     state = {"iteration": 2, "consumed": {"math": 6}, "prompt_ids": [], "best": None, "metrics": {}}
-    # each update's weights published, as tests/test_rl_ranks.py does: without (version None, the NCCL broadcast
-    # path) 2 ranks drift from one process by 8.5e-3 after 3 updates with plain AdamW too, a ranks bug of its own
+    # each update's weights published, as tests/test_rl_ranks.py does (the path that publishes nothing, the
+    # NCCL broadcast's: tests/test_rl_ranks_unpublished.py)
     requests = [batch_request(batches[0], 11, 1), batch_request(batches[1], 12, 2),
                 {"kind": "checkpoint", "name": "iter-000002", "state": state}, batch_request(batches[2], 13, 3),
                 {"kind": "checkpoint", "name": "iter-000003", "state": state | {"iteration": 3}}, {"kind": "stop"}]

@@ -46,7 +46,8 @@ from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.ranks import shard_policy, unwrap
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference, release_for_engine
-from passband.training.runtime.distributed import close_process_group, open_process_group, rank, world_size
+from passband.training.runtime.distributed import (close_process_group, open_process_group, rank, reshard_units,
+                                                   world_size)
 
 
 class RanksConfig(BaseModel):
@@ -204,6 +205,7 @@ def answer(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], lin
         batch = RolloutBatch(**request["batch"])
         generator = torch.Generator().manual_seed(request["seed"])
         metrics = rl_update(trainer.model, trainer.ref_model, trainer.optimizer, batch, config.algo, generator)
+        reshard_units(trainer.model)  # the root's gathered copy predates the step (reshard_units says why)
         release_for_engine(trainer)  # a rank beside the flow's engine on its GPU hands its cached blocks back
         if request["version"] is None:  # the flow has them broadcast next
             return {"metrics": metrics, "weights": None}

@@ -75,6 +75,22 @@ def die_with_torchrun() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def reshard_units(model: torch.nn.Module) -> None:
+    """Free every FSDP unit's gathered parameters, so the next forward gathers the shards as they are now.
+
+    FSDP2 does not reshard the root unit after its forward (backward would gather it again at once), so a
+    forward under no_grad with no backward after it (the RL update's scoring of theta_k, its closing
+    metrics) leaves the root's embedding, final norm and LM head gathered; the next forward then skips the
+    gather and reads those copies, stale once the optimizer has stepped the shards. Publishing the weights
+    (a full state dict) happened to reshard them; the NCCL broadcast path publishes nothing, and drifted
+    8.5e-3 from one process in three updates."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for unit in model.modules():
+        if isinstance(unit, FSDPModule):
+            unit.reshard()
+
+
 def shard_for_training(loss_module: torch.nn.Module, device: torch.device, precision: str = "fp32") -> torch.nn.Module:
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
 
