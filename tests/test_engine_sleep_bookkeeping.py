@@ -35,6 +35,7 @@ def test_the_engine_sleeps_through_the_update_and_wakes_for_the_sync(monkeypatch
     monkeypatch.setattr("passband.flows.rl.rollouts.collect_rollouts",
                         lambda *args, **kwargs: calls.append("rollouts") or "the batch")
     monkeypatch.setattr("passband.tasks.steps.rl.push_weights", lambda *args, **kwargs: calls.append("push_weights"))
+    monkeypatch.setattr("passband.tasks.steps.rl.release_for_engine", lambda trainer: calls.append("release"))
     config = resolve_config(RLConfig, "rl", "demo", (), [])
     trainer = InProcessTrainer(SimpleNamespace(tokenizer=None, model=None, state=SimpleNamespace(consumed=0)),
                                config.algo, config.engine, tmp_path, 1, False)
@@ -42,4 +43,4 @@ def test_the_engine_sleeps_through_the_update_and_wakes_for_the_sync(monkeypatch
     assert rl_loop._take_rollouts(config, trainer, engine, {}, 1, None, None) == "the batch"
     calls.append("update")  # run_iteration's update runs here, between the two
     rl_loop._sync_weights(config, trainer, engine, 1, None)
-    assert calls == ["rollouts", "release_weights", "sleep", "update", "wake", "push_weights"]
+    assert calls == ["rollouts", "release_weights", "sleep", "update", "release", "wake", "push_weights"]
