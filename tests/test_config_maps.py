@@ -145,7 +145,8 @@ def test_every_map_of_configs_is_exercised_above() -> None:
             reached.add((type(owner).__name__, path[-1]))
     empty_by_default = {("SFTConfig", "held_out"), ("RewardConfig", "judges"), ("EvalConfig", "judges"),
                         ("EvaluateConfig", "judges"), ("VerifierSettings", "rewards"), ("RLConfig", "environments"),
-                        ("EvaluateConfig", "environments"), ("CurateConfig", "environments")}
+                        ("EvaluateConfig", "environments"), ("CurateConfig", "environments"),
+                        ("RewardConfig", "overlong_tasks")}
     assert empty_by_default | reached == declared
     assert {("RLConfig", "datasets"), ("CurateConfig", "tasks"), ("EvaluateConfig", "suites"),
             ("EvalConfig", "suites"), ("SFTConfig", "generated")} <= reached

@@ -10,7 +10,10 @@ under the trainer's loss wrapper `lm.model.embed_tokens.weight`.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the memory model reads uses_muon while `passband config` prints, which must not load torch
+    import torch
 
 NOT_HIDDEN = ("embed", "lm_head", "wte", "wpe")
 """Name parts of embeddings and LM heads (Llama/Qwen/Mistral: embed_tokens, lm_head; GPT-2: wte, wpe)."""
@@ -25,6 +28,8 @@ def split_parameters(model: torch.nn.Module) -> tuple[list[tuple[str, torch.nn.P
     """(Muon's, AdamW's) trainable (name, parameter) pairs of `model`, in `named_parameters` order (a tied
     head once, under the embedding's name). Refuses a model whose embedding or head the name rule misses:
     Muon on a vocabulary matrix would be silently wrong."""
+    import torch
+
     readouts = {id(module.weight) for module in model.modules() if isinstance(module, torch.nn.Embedding)}
     heads = [module for module in model.modules() if hasattr(module, "get_output_embeddings")]
     readouts |= {id(head.get_output_embeddings().weight) for head in heads if head.get_output_embeddings() is not None}
