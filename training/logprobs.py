@@ -55,10 +55,7 @@ def response_logprobs(
     decoder's input is right-padded to a multiple of `pad_to_multiple` tokens (fewer distinct
     shapes; the padding comes after every real token, so causal attention never reads it).
     """
-    if len(prompt_ids) != len(response_ids):
-        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 to define log-probs, got {temperature}")
+    _check_rows(prompt_ids, response_ids, temperature)
     device = model.lm_head.weight.device
     sequences = [p + r for p, r in zip(prompt_ids, response_ids)]
     input_ids, attention = pad_rows(sequences, torch.long, pad_to_multiple)
@@ -89,10 +86,7 @@ def packed_response_logprobs(
     between rows, position ids restarting per row, attention kept inside each row by the varlen kernel, which
     `model` must be set to (training/runtime/varlen_attention.py: varlen_attention). The same [B, T] result,
     equal to the padded forward's up to float rounding; `pad_to_multiple` rounds the pack's length instead."""
-    if len(prompt_ids) != len(response_ids):
-        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 to define log-probs, got {temperature}")
+    _check_rows(prompt_ids, response_ids, temperature)
     device = model.lm_head.weight.device
     packed = pack_sequences([p + r for p, r in zip(prompt_ids, response_ids)], pad_to_multiple)
     cu_seqlens = packed.cu_seqlens.to(device)
@@ -106,6 +100,14 @@ def packed_response_logprobs(
         targets += response
     selected = hidden[0, torch.tensor(positions, dtype=torch.long).to(device)]
     return _padded_logprobs(model, selected, response_ids, targets, temperature, chunk_size)
+
+
+def _check_rows(prompt_ids: list[list[int]], response_ids: list[list[int]], temperature: float) -> None:
+    """The refusals both forwards share: one response per prompt, and a temperature that defines log-probs."""
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to define log-probs, got {temperature}")
 
 
 def _padded_logprobs(model: torch.nn.Module, selected: torch.Tensor, response_ids: list[list[int]],
