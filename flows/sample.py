@@ -52,7 +52,8 @@ def sample(config: SampleConfig = SampleConfig(), parent_run_id: str | None = No
         metrics = rollout_stats(samples, seconds)
         if config.kl_subsample:
             flat = [s for group in samples for s in group][: config.kl_subsample]
-            metrics["vllm_kl"] = measure_vllm_kl(model_dir, flat, config.sampling.temperature or 1.0)
+            metrics["vllm_kl"] = measure_vllm_kl(model_dir, flat, config.sampling.temperature or 1.0,
+                                                trust_remote_code=config.engine.trust_remote_code)
         table = samples_table(rows, prompts, samples)
         uri = commit_table(table, f"samples/{run_id}", "sample", resolved)
         tracking.log_dataset(uri, "samples", "output", table, run_id)

@@ -201,7 +201,7 @@ def _dataset_refs(config: SFTConfig, eval_prompts: list[str], model_dir: str, ru
             refs[name] = commit_worked_analyses(config.worked_analyses[name].model_dump(), eval_prompts)
         elif name in config.tool_traces:
             refs[name] = commit_tool_traces(config.tool_traces[name].model_dump(mode="json"), eval_prompts,
-                                            config.model, model_dir)
+                                            config.model, model_dir, config.engine.trust_remote_code)
         else:
             refs[name] = name
         if refs[name].startswith(ARTIFACT_SCHEMES):
@@ -250,7 +250,7 @@ def _evaluate(model_dir: str, eval_sets: dict, config: SFTConfig, label: str, st
     engine = open_engine(config.engine, model_dir)
     with opened_judges(config.eval.judges) as judges:  # a judge model (if any) on an engine of its own
         evaluation = run_evaluation(engine, eval_sets, config.eval.sampling, config.eval.verifiers, model_dir,
-                                    judges=judges)
+                                    judges=judges, trust_remote_code=config.engine.trust_remote_code)
     engine.close()
     return {f"{label}/{name}": value for name, value in log_evaluation(evaluation, label, step, run_id).items()}
 
@@ -308,7 +308,7 @@ def sft(config: SFTConfig = SFTConfig(), parent_run_id: str | None = None) -> Ru
 
         if config.eval is not None:
             metrics |= _evaluate(start_dir, eval_sets, config, "after", step_offset, run_id)
-        log_model(start_from, run_id, _model_card(config, metrics))
+        log_model(start_from, run_id, _model_card(config, metrics), config.engine.trust_remote_code)
         metrics |= {**throughput_metrics(trained), "wall_s": time.perf_counter() - started}
         tracking.log_metrics({k: v for k, v in metrics.items() if not k.startswith(("before/", "after/"))},
                              step=step_offset, run_id=run_id)

@@ -222,7 +222,7 @@ def _perplexity(config: CurateConfig, model_dir: str, sets: SFTSets) -> SFTSets:
     values = trace_perplexities(model_dir, [row["prompt"] for row in rows], [row["completion"] for row in rows],
                                 config.sft.system_prompt,
                                 episodes=[(row["input_ids"], row["loss_mask"]) if row.get("input_ids") else None
-                                          for row in rows])
+                                          for row in rows], trust_remote_code=config.engine.trust_remote_code)
     stage1 = [{**row, "perplexity": value} for row, value in zip(sets.stage1, values)]
     stage2 = [{**row, "perplexity": value} for row, value in zip(sets.stage2, values[len(sets.stage1):])]
     metrics = sets.metrics | ({"sft/perplexity_mean": sum(values) / len(values)} if values else {})

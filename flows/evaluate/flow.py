@@ -145,7 +145,8 @@ def evaluate(config: EvaluateConfig = EvaluateConfig(), parent_run_id: str | Non
             # base_ppl: the baseline on the model's outputs; baseline/ppl_own: on its own, the reference.
             metrics |= perplexities_on_samples(baseline_dir, {
                 "base_ppl": spread_subset(model.rows, config.perplexity_samples),
-                f"{BASELINE_LABEL}/ppl_own": spread_subset(baseline.rows, config.perplexity_samples)})
+                f"{BASELINE_LABEL}/ppl_own": spread_subset(baseline.rows, config.perplexity_samples)},
+                trust_remote_code=config.engine.trust_remote_code)
         if config.k_curve:
             metrics |= k_curve_comparison(evaluations[K_CURVE + MODEL_LABEL],
                                           evaluations.get(K_CURVE + BASELINE_LABEL), config.k_curve)
@@ -234,4 +235,4 @@ def _evaluate(config: EvaluateConfig, model_ref: str, model_dir: str, sets: dict
     return run_evaluation(ENGINES.engine(config.engine, model_dir), sets, sampling, config.verifiers, model_dir,
                           config.system_prompt, judges,
                           episode_setups(config.math_tool, config.code_feedback, config.verifiers,
-                                         config.environments))
+                                         config.environments), config.engine.trust_remote_code)

@@ -227,7 +227,7 @@ def _finish(config: RLConfig, run: StageRun, state: RLState, tasks: list[str], w
     card = (f"# passband RL checkpoint\n\nMulti-task RL (docs/recipe.md section 4) of `{config.model}` on "
             f"{', '.join(tasks)}, {state.iteration} iterations; the checkpoint with the best "
             f"`{config.best_metric if config.eval else 'final'}`: {outputs['best_checkpoint']}.\n")
-    log_model(outputs["best_checkpoint"], run.run_id, card)
+    log_model(outputs["best_checkpoint"], run.run_id, card, config.engine.trust_remote_code)
     return run.finish(outputs, metrics)
 
 

@@ -190,7 +190,8 @@ class Evaluator:
             evaluation = run_evaluation(engine, self.eval_sets, self.config.eval.sampling, self.config.eval.verifiers,
                                         self.model_dir, self.config.system_prompt, self.judges,
                                         episode_setups(self.config.math_tool, self.config.code_feedback,
-                                                       self.config.eval.verifiers, self.config.environments))
+                                                       self.config.eval.verifiers, self.config.environments),
+                                        self.config.engine.trust_remote_code)
         state.timeline += [*(self.engine.take_loads("evaluator") if versioned else []),
                            Span("evaluator", "eval", start, time.time())]
         headline = log_evaluation(evaluation, label, step, self.run_id)

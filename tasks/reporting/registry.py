@@ -24,7 +24,7 @@ ADAPTER_MODEL = "adapter_model"
 
 
 @task(name="log-model", retries=2, retry_delay_seconds=5, cache_policy=NONE)
-def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
+def log_model(checkpoint_uri: str, run_id: str, card: str = "", trust_remote_code: bool = False) -> None:
     """The checkpoint as an MLflow transformers model (`text-generation`) at the run's `model/`:
     `mlflow.transformers.load_model("runs:/<run>/model")` (or `models:/passband-reasoner@champion`
     once registered) returns a generation pipeline. A LoRA checkpoint's `model/` is its merged
@@ -33,7 +33,8 @@ def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
     transformers model built from a peft `PeftModel` (`_log_adapter_model`), which stores the adapter
     alone and loads on its base. The trainer-only files stay out; `card` becomes each model's
     README.md (its model card); the tag `model.checkpoint_uri` points at the full checkpoint
-    (optimizer and RNG included) for resuming."""
+    (optimizer and RNG included) for resuming. `trust_remote_code`: the model's own code allowed
+    (EngineConfig.trust_remote_code): a LoRA checkpoint's base is loaded with it."""
     import shutil
     import tempfile
 
@@ -58,11 +59,12 @@ def log_model(checkpoint_uri: str, run_id: str, card: str = "") -> None:
         adapter = fetch_artifact(checkpoint_uri) / ADAPTER_FOLDER
         if adapter.is_dir():  # LoRA: the model above is merged; the adapter is kept as files and as a model
             MlflowClient().log_artifacts(run_id, str(adapter), ADAPTER_FOLDER)
-            _log_adapter_model(adapter, checkpoint, Path(tmp) / ADAPTER_MODEL, run_id)
+            _log_adapter_model(adapter, checkpoint, Path(tmp) / ADAPTER_MODEL, run_id, trust_remote_code)
     tracking.set_tags({"model.checkpoint_uri": checkpoint_uri}, run_id)
 
 
-def _log_adapter_model(adapter_dir: Path, checkpoint: Path, out_dir: Path, run_id: str) -> None:
+def _log_adapter_model(adapter_dir: Path, checkpoint: Path, out_dir: Path, run_id: str,
+                       trust_remote_code: bool = False) -> None:
     """The peft adapter in `adapter_dir` as an MLflow transformers model at the run's `adapter_model/`.
 
     This reads the base once, in the dtype its config names: MLflow's flavor takes a `PeftModel` (base
@@ -83,12 +85,13 @@ def _log_adapter_model(adapter_dir: Path, checkpoint: Path, out_dir: Path, run_i
     from passband.training.model_source import load_tokenizer
 
     base = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
-    base_model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")  # the config's dtype: bf16 stays bf16
+    # the config's dtype: bf16 stays bf16
+    base_model = AutoModelForCausalLM.from_pretrained(base, dtype="auto", trust_remote_code=trust_remote_code)
     # the card's metadata names the base as the hub's adapter cards do (a card without it is warned about)
     metadata = ModelCardData(library_name="peft", base_model=base).to_yaml()
     mlflow.transformers.save_model(
         transformers_model={"model": PeftModel.from_pretrained(base_model, str(adapter_dir)),
-                            "tokenizer": load_tokenizer(checkpoint)},
+                            "tokenizer": load_tokenizer(checkpoint, trust_remote_code)},
         path=str(out_dir), task="text-generation", torch_dtype=base_model.dtype,
         model_card=ModelCard(f"---\n{metadata}\n---\n{(checkpoint / 'README.md').read_text()}"),
         signature=_signature(),

@@ -86,14 +86,16 @@ def earlier_model_rows(samples_uri: str, eval_sets: dict[str, list[dict[str, Any
 def run_evaluation(
     engine: RolloutEngine, sets: dict[str, list[dict[str, Any]]], sampling: SamplingConfig,
     verifiers: VerifierSettings, model_dir: str, system_prompt: str | None = None,
-    judges: dict[str, Any] | None = None, episodes: dict[str, Any] | None = None,
+    judges: dict[str, Any] | None = None, episodes: dict[str, Any] | None = None, trust_remote_code: bool = False,
 ) -> Evaluation:
     """`evaluate` the engine's CURRENT weights on `sets`; `model_dir` supplies the chat template;
     `judges` (task -> training.judge Judge) score those tasks' samples; `episodes` (task -> how its
-    episodes open, their budget) evaluates those tasks as multi-turn episodes."""
+    episodes open, their budget) evaluates those tasks as multi-turn episodes; `trust_remote_code`: the
+    model's own code allowed (EngineConfig.trust_remote_code), for a tokenizer of its own."""
     from passband.training.model_source import load_tokenizer
 
-    return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir)), system_prompt, judges,
+    return evaluate(engine, sets, sampling, verifiers, load_tokenizer(Path(model_dir), trust_remote_code), system_prompt,
+                    judges,
                     episodes)
 
 
@@ -122,14 +124,16 @@ def log_evaluation(evaluation: Evaluation, label: str, step: int, run_id: str) -
 @task(name="perplexities-on-samples", cache_policy=NONE)
 def perplexities_on_samples(
     model_dir: str, sample_sets: dict[str, list[dict[str, Any]]], micro_batch_size: int = 8,
+    trust_remote_code: bool = False,
 ) -> dict[str, float]:
     """{name: perplexity (temperature 1) of the model in `model_dir` on that set's response tokens
     given their prompts}, loading the model once. The base model on a candidate's outputs, next to
-    the base on its own outputs, shows whether the candidate left the base distribution (docs/recipe.md section 8)."""
+    the base on its own outputs, shows whether the candidate left the base distribution (docs/recipe.md section 8).
+    `trust_remote_code`: the model's own code allowed (EngineConfig.trust_remote_code)."""
     from passband.training.evaluation.perplexity import perplexity_under
     from passband.training.model_source import load_causal_lm
 
-    model = load_causal_lm(Path(model_dir))
+    model = load_causal_lm(Path(model_dir), trust_remote_code=trust_remote_code)
     return {
         name: perplexity_under(model, [row["prompt_token_ids"] for row in rows],
                                [row["token_ids"] for row in rows], micro_batch_size=micro_batch_size)

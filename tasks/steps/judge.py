@@ -30,7 +30,7 @@ def opened_judges(configs: dict[str, JudgeConfig]) -> Iterator[dict[str, Judge]]
             model_dir = resolve_model(config.model)
             engine = open_engine(config.engine, model_dir)
             stack.callback(engine.close)
-            judges[task_name] = Judge(config, engine, load_tokenizer(Path(model_dir)))
+            judges[task_name] = Judge(config, engine, load_tokenizer(Path(model_dir), config.engine.trust_remote_code))
         yield judges
 
 

@@ -53,11 +53,12 @@ def rollout_stats(samples: list[list[Sample]], seconds: float) -> dict[str, floa
 
 
 @task(name="measure-vllm-kl", cache_policy=NONE)
-def measure_vllm_kl(model_dir: str, samples: list[Sample], temperature: float, micro_batch: int = 8) -> float:
+def measure_vllm_kl(model_dir: str, samples: list[Sample], temperature: float, micro_batch: int = 8,
+                    trust_remote_code: bool = False) -> float:
     """vllm_kl of `samples` against the trainer's fp32 torch model at the same weights (loaded here)."""
     from passband.training.logprobs import engine_trainer_kl
     from passband.training.model_source import load_causal_lm
 
-    model = load_causal_lm(Path(model_dir)).eval()
+    model = load_causal_lm(Path(model_dir), trust_remote_code=trust_remote_code).eval()
     return engine_trainer_kl(model, [s.prompt_token_ids for s in samples], [s.token_ids for s in samples],
                              [s.logprobs for s in samples], temperature, micro_batch)

@@ -67,10 +67,12 @@ def commit_worked_analyses(spec: dict[str, Any], decontaminate_prompts: list[str
 
 
 @task(name="generate-tool-traces", retries=2, retry_delay_seconds=2)
-def commit_tool_traces(spec: dict[str, Any], decontaminate_prompts: list[str], model_ref: str, model_dir: str) -> str:
+def commit_tool_traces(spec: dict[str, Any], decontaminate_prompts: list[str], model_ref: str, model_dir: str,
+                       trust_remote_code: bool = False) -> str:
     """Write, run and commit teacher tool episodes (flows/sft.py: ToolTraceSource) that ask no held-out
     question, tokenized by `model_dir`'s tokenizer (the artifact is keyed by `model_ref`, the model as
-    the config names it: token ids mean something under that tokenizer only); return the URI."""
+    the config names it: token ids mean something under that tokenizer only); return the URI.
+    `trust_remote_code`: the model's own code allowed (EngineConfig.trust_remote_code)."""
     from passband.curation.worked_math import draw_math_problems
     from passband.training.episodes.math_python import MathToolConfig
     from passband.training.episodes.teacher import math_tool_traces
@@ -80,7 +82,7 @@ def commit_tool_traces(spec: dict[str, Any], decontaminate_prompts: list[str], m
     drawn = draw_math_problems(spec["num_examples"], spec["seed"], spec["difficulties"], spec["subdomains"],
                                spec["answer_format"], held_out, spec["balanced"], namespace="tool",
                                what="tool traces")
-    kept, quarantined = math_tool_traces(load_tokenizer(model_dir), drawn, spec["seed"], spec["answer_format"],
+    kept, quarantined = math_tool_traces(load_tokenizer(model_dir, trust_remote_code), drawn, spec["seed"], spec["answer_format"],
                                          MathToolConfig.model_validate(spec["math_tool"]))
     return _commit_generated("tool_traces", {**spec, "tokenizer_of": model_ref}, held_out, kept, quarantined)
 
