@@ -123,6 +123,29 @@ def device_room_problem(memory_fraction: float, total: int, free: int, allocated
             f"{int(free / total * 100) / 100:.2f}")
 
 
+def _own_code_folder(model_dir: Path, config: EngineConfig) -> Any:
+    """A temporary folder holding `<model>-vllm-engine`, links to every file of `model_dir`, for an engine in
+    this process serving a model with its own code; None otherwise.
+
+    vLLM serves an architecture it lacks through its transformers backend, which decorates the model's own
+    decoder class for its compiler in place (support_torch_compile on the class). transformers imports a
+    folder's code once per folder name and code hash (transformers_modules.<folder>.<hash>), so the trainer
+    beside the engine, loading the same folder, would get the decorated class and break (seen on vLLM 0.32).
+    Under another folder name the engine imports its own copy of the classes and decorates only those."""
+    import tempfile
+
+    from passband.training.model_source import model_code_files
+
+    if not (config.kind == "vllm" and config.in_process and config.trust_remote_code and model_code_files(model_dir)):
+        return None
+    holder = tempfile.TemporaryDirectory(prefix="passband-vllm-code-")
+    folder = Path(holder.name) / f"{model_dir.name}-vllm-engine"
+    folder.mkdir()
+    for path in Path(model_dir).iterdir():
+        (folder / path.name).symlink_to(path.resolve())
+    return holder
+
+
 class VLLMEngine:
     """A vLLM `LLM` that takes new weights in place between generations."""
 
@@ -132,17 +155,8 @@ class VLLMEngine:
         if config.kv_cache_gib == "batch":
             raise ValueError("kv_cache_gib='batch' is resolved by the RL flow from its batch; give the engine a "
                              "number of GiB (or null for memory_fraction)")
-        if config.in_process and config.trust_remote_code:
-            from passband.training.model_source import model_code_files
-
-            if model_code_files(model_dir):
-                # vLLM's transformers backend decorates the model's own classes for its compiler in place,
-                # which breaks every torch model of them in this process (the trainer's: seen on vLLM 0.32)
-                import json
-
-                architectures = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures")
-                raise ValueError(f"engine.in_process: vLLM would patch {architectures}'s own classes ({model_dir}) in "
-                                 "the trainer's process; set engine.in_process: false for a model with its own code")
+        self._code_copy = _own_code_folder(model_dir, config)
+        served = Path(self._code_copy.name) / f"{model_dir.name}-vllm-engine" if self._code_copy else model_dir
         # vLLM declares an engine core dead when one step takes over 300 s: a hang detector that a
         # CPU prefilling a full batch in emulated bf16 on a shared box can trip (a curate smoke run
         # died so 38 minutes in, at nice 10 beside other work). An hour still catches a hang.
@@ -161,7 +175,7 @@ class VLLMEngine:
         self.asleep = False
         with _host_state_kept(config.in_process):
             self.llm = LLM(
-                model=str(model_dir),
+                model=str(served),
                 # a model with its own code: its config, tokenizer and (for an architecture vLLM lacks) its
                 # model through vLLM's transformers backend, which runs the model's modeling_*.py
                 trust_remote_code=config.trust_remote_code,
@@ -337,3 +351,5 @@ class VLLMEngine:
         self.llm.llm_engine.engine_core.shutdown()
         del self.llm
         gc.collect()
+        if self._code_copy is not None:
+            self._code_copy.cleanup()

@@ -38,6 +38,7 @@ def attach_adapters(model: torch.nn.Module, cfg: LoraConfig, seed: int) -> torch
     from peft import LoraConfig as PeftLoraConfig
     from peft import inject_adapter_in_model
 
+    adapter_targets(model, cfg.target_modules)  # refuses, in one line, targets the architecture lacks
     peft_config = PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
                                  target_modules=cfg.target_modules, bias="none")
     devices = [model.get_input_embeddings().weight.device] if model.get_input_embeddings().weight.is_cuda else []
@@ -45,6 +46,35 @@ def attach_adapters(model: torch.nn.Module, cfg: LoraConfig, seed: int) -> torch
         torch.manual_seed(seed)
         inject_adapter_in_model(peft_config, model, adapter_name=ADAPTER_NAME)
     return model
+
+
+def adapter_targets(model: torch.nn.Module, target_modules: list[str] | str) -> list[str]:
+    """The names of the modules `target_modules` adapts in `model`, as peft chooses them, sorted.
+
+    How targets are chosen, for any architecture, the model's own code included: peft adapts linear layers
+    (torch's Linear, transformers' Conv1D) found by type, so 'all-linear' is every one of them but the LM head
+    (the model's output embeddings), and a list names module suffixes ('q_proj' matches
+    'model.layers.0.self_attn.q_proj'). A custom architecture built of Linear layers is covered whatever its
+    names; one whose projections are other modules, or a suffix that matches no linear layer, is refused
+    here in one line naming the model's linear suffixes (peft would adapt the others silently, or fail
+    with a message of its own)."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings()  # a transformers model (the trainers' only kind); None: no head
+    linear = sorted(name for name, module in model.named_modules()
+                    if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not head)
+    architecture = type(model).__name__
+    suffixes = sorted({name.rsplit(".", 1)[-1] for name in linear})
+    if target_modules == "all-linear":
+        if not linear:
+            raise ValueError(f"lora.target_modules: all-linear finds no linear layer in {architecture} (its code builds "
+                             "its projections from other modules): name the modules to adapt in lora.target_modules")
+        return linear
+    unmatched = [key for key in target_modules if not any(name == key or name.endswith(f".{key}") for name in linear)]
+    if unmatched:
+        raise ValueError(f"lora.target_modules {unmatched} match no linear layer of {architecture}, whose linear "
+                         f"layers end in {suffixes or 'nothing'}: name those, or 'all-linear'")
+    return [name for name in linear if any(name == key or name.endswith(f".{key}") for key in target_modules)]
 
 
 def base_weights_in_bf16(model: torch.nn.Module) -> int:
