@@ -11,9 +11,11 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch.distributed import ProcessGroup
 
 from passband.training.runtime.chunked_loss import DEFAULT_CHUNK_SIZE, logprobs_of_tokens
 from passband.training.runtime.packed_rows import pack_sequences
+from passband.training.runtime.ulysses import gather_tokens, keep_in_backward, pack_multiple, shard_counts, token_shard
 
 
 @dataclass
@@ -81,25 +83,41 @@ def packed_response_logprobs(
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     pad_to_multiple: int = 1,
+    sequence_parallel: ProcessGroup | None = None,
 ) -> ResponseLogprobs:
     """`response_logprobs` with the rows packed into one sequence (training/runtime/packed_rows.py): no padding
     between rows, position ids restarting per row, attention kept inside each row by the varlen kernel, which
     `model` must be set to (training/runtime/varlen_attention.py: varlen_attention). The same [B, T] result,
-    equal to the padded forward's up to float rounding; `pad_to_multiple` rounds the pack's length instead."""
+    equal to the padded forward's up to float rounding; `pad_to_multiple` rounds the pack's length instead.
+
+    `sequence_parallel`: the Ulysses group (training/runtime/ulysses.py). The pack is rounded up to a multiple
+    of its degree too, and this rank runs the decoder on its shard of the tokens (global position ids, the
+    whole pack's cu_seqlens) and the LM head on the response tokens predicted from that shard; the per-token
+    log-probs are gathered over the group, so every rank returns the whole [B, T] and whatever the caller
+    computes from it (sequence sums, ratios, the loss) is the one-process value."""
     _check_rows(prompt_ids, response_ids, temperature)
     device = model.lm_head.weight.device
-    packed = pack_sequences([p + r for p, r in zip(prompt_ids, response_ids)], pad_to_multiple)
+    packed = pack_sequences([p + r for p, r in zip(prompt_ids, response_ids)],
+                            pack_multiple(pad_to_multiple, sequence_parallel))
+    num_tokens = packed.input_ids.shape[1]
+    mine = token_shard(num_tokens, sequence_parallel)  # every token in one process
     cu_seqlens = packed.cu_seqlens.to(device)
-    hidden = model.model(input_ids=packed.input_ids.to(device), position_ids=packed.position_ids.to(device),
-                         use_cache=False, cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens,
-                         max_length_q=packed.max_length, max_length_k=packed.max_length).last_hidden_state  # [1, N, H]
+    parallel = {} if sequence_parallel is None else {"sequence_parallel_group": sequence_parallel}
+    hidden = model.model(input_ids=packed.input_ids[:, mine].to(device),
+                         position_ids=packed.position_ids[:, mine].to(device), use_cache=False,
+                         cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens, max_length_q=packed.max_length,
+                         max_length_k=packed.max_length, **parallel).last_hidden_state  # [1, this rank's tokens, H]
     positions, targets = [], []
     for start, prompt, response in zip(packed.row_starts, prompt_ids, response_ids):
         first = start + len(prompt) - 1  # the hidden state just before the row's first response token
         positions += range(first, first + len(response))
         targets += response
-    selected = hidden[0, torch.tensor(positions, dtype=torch.long).to(device)]
-    return _padded_logprobs(model, selected, response_ids, targets, temperature, chunk_size)
+    own = [i for i, position in enumerate(positions) if mine.start <= position < mine.stop]
+    selected = hidden[0, torch.tensor([positions[i] - mine.start for i in own], dtype=torch.long).to(device)]
+    flat = _flat_logprobs(model, selected, [targets[i] for i in own], temperature, chunk_size)
+    flat = gather_tokens(keep_in_backward(flat, hidden), shard_counts(positions, num_tokens, sequence_parallel),
+                         sequence_parallel)
+    return _response_rows(flat, response_ids, device)
 
 
 def _check_rows(prompt_ids: list[list[int]], response_ids: list[list[int]], temperature: float) -> None:
@@ -113,10 +131,20 @@ def _check_rows(prompt_ids: list[list[int]], response_ids: list[list[int]], temp
 def _padded_logprobs(model: torch.nn.Module, selected: torch.Tensor, response_ids: list[list[int]],
                      targets: list[int], temperature: float, chunk_size: int) -> ResponseLogprobs:
     """The log-probs of `targets` from their predicting hidden states `selected` [N, H], right-padded [B, T]."""
+    flat = _flat_logprobs(model, selected, targets, temperature, chunk_size)
+    return _response_rows(flat, response_ids, model.lm_head.weight.device)
+
+
+def _flat_logprobs(model: torch.nn.Module, selected: torch.Tensor, targets: list[int], temperature: float,
+                   chunk_size: int) -> torch.Tensor:
+    """[N] log p(targets) from their predicting hidden states `selected` [N, H], the head chunk by chunk."""
     device = model.lm_head.weight.device
-    flat = logprobs_of_tokens(  # [N] over the selected positions
-        selected / temperature, model.lm_head.weight, torch.tensor(targets).to(device), chunk_size
-    )
+    return logprobs_of_tokens(selected / temperature, model.lm_head.weight,
+                              torch.tensor(targets, dtype=torch.long).to(device), chunk_size)
+
+
+def _response_rows(flat: torch.Tensor, response_ids: list[list[int]], device: torch.device) -> ResponseLogprobs:
+    """The responses' log-probs `flat` [N], in row order, right-padded to [B, T] with the responses' mask."""
     width = max((len(r) for r in response_ids), default=0)
     logp = torch.zeros(len(response_ids), width, dtype=torch.float32, device=device)
     _, mask = pad_rows(response_ids, torch.long)
