@@ -100,7 +100,8 @@ def main() -> None:
         got = json.loads(out.strip().splitlines()[-1])
         precision, checkpointing = variant["precision"], variant["activation_checkpointing"]
         model_state = trainer_memory(shape, precision, 1, 1).persistent
-        model_token = activation_bytes_per_token(shape, precision, checkpointing, args.tokens)  # eager: RL's default
+        model_token = activation_bytes_per_token(shape, precision, "every-layer" if checkpointing else "none",
+                                                 args.tokens)  # eager: RL's default
         token = (got["peak_8"] - got["peak_2"]) / (6 * args.tokens)
         print(f"{precision:14s} checkpointing {'on ' if checkpointing else 'off'}: state {got['state'] / 1e9:.3f} GB "
               f"(model {model_state / 1e9:.3f}, x{got['state'] / model_state:.2f}); activations per token "

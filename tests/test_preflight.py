@@ -177,9 +177,10 @@ CASES = [
                               "--set", "algo.precision=fp32", "--set", "algo.activation_checkpointing=false",
                               "--set", "algo.micro_batch_size=64", "--set", "engine.max_model_len=8192"], 2,
                  ["preflight: rl: Qwen/Qwen2.5-7B-Instruct needs about", "GiB at its peak (training) of the cpu device's",
-                  "64 sequences x 8192 tokens per micro-batch, fp32, eager attention, activation checkpointing off",
-                  "try a smaller rl.algo.micro_batch_size, rl.algo.activation_checkpointing: true, rl.algo.attention: "
-                  "sdpa, rl.algo.lora or a device with more memory"],
+                  "64 sequences x 8192 tokens per micro-batch, fp32, eager attention, activation checkpointing none",
+                  "try a smaller rl.algo.micro_batch_size, rl.algo.activation_checkpointing: selective, "
+                  "rl.algo.activation_checkpointing: every-layer, rl.algo.attention: sdpa, rl.algo.lora or a device "
+                  "with more memory"],
                  id="rl-trainer-cannot-fit-its-device"),
     pytest.param(BASE_FILES, ["run", "pipeline", "--set", "model=Qwen/Qwen2.5-7B-Instruct",
                               "--set", "sft.stages.0.device=cpu", "--set", "sft.stages.0.precision=fp32",

@@ -217,14 +217,9 @@ def test_the_flow_handle_finds_the_newest_version_the_ranks_published(tmp_path):
     assert trainer.published == trainer.weights_root / "v2"
 
 
-@pytest.mark.slow
-def test_two_ranks_in_bf16_mixed_precision_track_one_process(tmp_path, monkeypatch):
-    """precision bf16_autocast on ranks: FSDP2 gathers and runs each decoder layer in bf16 and reduces its
-    gradients in fp32 (MixedPrecisionPolicy), over fp32 shards and AdamW, the root (embedding, final norm,
-    LM head) in fp32. Its two updates move the weights where one process under bf16 autocast moves them,
-    to bf16's rounding: the residual stream inside a layer is bf16 there, fp32 under autocast."""
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    algo = RLAlgoConfig(lr=3e-3, precision="bf16_autocast", micro_batch_size=5, grad_clip=0.5)
+def two_updates_on_ranks(tmp_path: Path, algo: RLAlgoConfig, **ranks: object) -> tuple:
+    """A tiny Llama saved under tmp_path/model, two batches on it, and the replies of 2 ranks (`algo`, RanksConfig
+    `ranks`) asked to update on both and checkpoint: (start model, its dir, batches, replies)."""
     model_dir = tmp_path / "model"
     start = tiny_llama(seed=0, hidden=32).eval()
     start.save_pretrained(model_dir)
@@ -236,7 +231,18 @@ def test_two_ranks_in_bf16_mixed_precision_track_one_process(tmp_path, monkeypat
                                       {"kind": "checkpoint", "name": "iter-000002", "state": state},
                                       {"kind": "stop"}], start=1):
         write_request(work_dir, number, request)
-    replies = _torchrun(RanksConfig(model=model_dir, algo=algo, work_dir=work_dir))
+    return start, model_dir, batches, _torchrun(RanksConfig(model=model_dir, algo=algo, work_dir=work_dir, **ranks))
+
+
+@pytest.mark.slow
+def test_two_ranks_in_bf16_mixed_precision_track_one_process(tmp_path, monkeypatch):
+    """precision bf16_autocast on ranks: FSDP2 gathers and runs each decoder layer in bf16 and reduces its
+    gradients in fp32 (MixedPrecisionPolicy), over fp32 shards and AdamW, the root (embedding, final norm,
+    LM head) in fp32. Its two updates move the weights where one process under bf16 autocast moves them,
+    to bf16's rounding: the residual stream inside a layer is bf16 there, fp32 under autocast."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    algo = RLAlgoConfig(lr=3e-3, precision="bf16_autocast", micro_batch_size=5, grad_clip=0.5)
+    start, model_dir, batches, replies = two_updates_on_ranks(tmp_path, algo)
     two = load_file(Path(replies[3]["checkpoint"]) / "model.safetensors")
     assert {t.dtype for t in two.values()} == {torch.float32}  # the shards and the export stay fp32
 

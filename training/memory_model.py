@@ -30,9 +30,28 @@ the hidden size, four of the MLP's, K and V, and one log-sum-exp per head; under
 matmuls' saved inputs are bf16 while the norms and residuals stay fp32). Eager attention (RL's
 `algo.attention` default, for its CPU speed) keeps each layer's fp32 [heads, T, T] probabilities
 besides: heads x T x 4 more bytes per token of a T-token sequence and layer (6 under autocast,
-which adds a bf16 copy), and K and V repeated to every query head. With activation checkpointing each layer keeps only its fp32 input (4 h) and one
-layer's activations exist again while it is recomputed. The LM head runs in chunks of `logprob_chunk_size` tokens (training/logprobs.py):
+which adds a bf16 copy), and K and V repeated to every query head. With activation checkpointing
+(training/runtime/activation_checkpointing.py) "every-layer" keeps each layer's fp32 input only (4 h) and
+one layer's activations exist again while it is recomputed. "selective" keeps the layer input and the outputs
+of the matmuls and the attention kernel (q, k, v, attention output and log-sum-exp, o, gate, up, down) and
+recomputes the rest one layer at a time in backward; counted after the forward with every tensor the forward
+left alive (tests/test_activation_checkpointing.py holds the count against the formula):
+
+    fp32:          L * (12 h + 8 q + 8 kv + 8 I + 4 heads) + the one layer recomputed
+    bf16 autocast: L * ( 8 h + 4 q + 4 kv + 4 I + 4 heads) + the one layer recomputed
+
+(q = heads x head_dim; the matmuls' outputs in bf16 under autocast, the residual stream in fp32). Eager
+attention keeps its [heads, T, T] scores (the first matmul's output) in place of the log-sum-exp, and
+under either checkpointing its fp32 [T, T] causal mask once (4 T bytes a token), the layers' argument.
+The LM head runs in chunks of `logprob_chunk_size` tokens (training/logprobs.py):
 a chunk's fp32 logits, their log-softmax and, backward, their gradient (3 x chunk x vocab x 4 bytes).
+
+Per rank (`per_rank`): FSDP2 splits the weights, gradients, optimizer state and reference over the mesh's
+shard x sequence_parallel ranks (replicas hold copies) and gathers one layer whole while it computes and
+the next ahead of it, plus one layer's whole gradient before its reduce-scatter. Ulysses sequence parallelism
+(degree sp) gives each rank 1/sp of every sequence's tokens for the norms, the MLP and the projections, and
+1/sp of the heads over the whole sequence inside attention: 1/sp of the activations either way, and 1/sp of
+the tokens for the LM head's chunks.
 
 Engine (vLLM): `memory_fraction` of the device for its weights, activations and KV cache together
 (its `gpu_memory_utilization`), or its weights plus `kv_cache_gib`. Put to sleep while the trainer
@@ -48,6 +67,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from passband.training.optim.config import OptimizerConfig
+from passband.training.runtime.activation_checkpointing import Checkpointing
 from passband.training.optim.memory import optimizer_state_bytes
 
 GIB = 2**30
@@ -61,6 +81,8 @@ FROZEN_BYTES_PER_PARAMETER = 4
 LOGIT_BUFFERS = 3
 """fp32 [chunk, vocab] tensors alive at once in the chunked LM head: logits, log-softmax, gradient."""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+GATHERED_LAYERS = 2
+"""Decoder layers FSDP2 holds whole on a rank at once: the one computing and the one prefetched."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +163,7 @@ class ModelShape:
 Precision = Literal["fp32", "bf16_autocast"]
 
 
-def activation_bytes_per_token(shape: ModelShape, precision: Precision, checkpointing: bool = False,
+def activation_bytes_per_token(shape: ModelShape, precision: Precision, checkpointing: Checkpointing = "none",
                                eager_sequence_tokens: int | None = None) -> int:
     """Bytes autograd keeps per token of a micro-batch for the decoder's backward (module docstring);
     `eager_sequence_tokens`: eager attention over sequences of that length (None: SDPA or flash)."""
@@ -157,9 +179,27 @@ def activation_bytes_per_token(shape: ModelShape, precision: Precision, checkpoi
         row_bytes, kv_bytes = (4, 8) if precision == "fp32" else (6, 4)
         layer += shape.heads * eager_sequence_tokens * row_bytes + kv_bytes * repeated - 4 * shape.heads
     shared = 8 * shape.hidden + 8 * shape.head_dim + 12
-    if checkpointing:  # each layer's fp32 input, plus the one layer being recomputed
+    if checkpointing == "none":
+        return shape.layers * layer + shared
+    # eager attention's fp32 [T, T] causal mask is every checkpointed layer's argument: kept once until backward
+    shared += 4 * eager_sequence_tokens if eager_sequence_tokens is not None else 0
+    if checkpointing == "every-layer":  # each layer's fp32 input, plus the one layer being recomputed
         return shape.layers * 4 * shape.hidden + layer + shared
-    return shape.layers * layer + shared
+    # selective: the kept outputs of every layer, plus the one layer being recomputed
+    return shape.layers * selective_layer_bytes_per_token(shape, precision, eager_sequence_tokens) + layer + shared
+
+
+def selective_layer_bytes_per_token(shape: ModelShape, precision: Precision,
+                                    eager_sequence_tokens: int | None = None) -> int:
+    """What one decoder layer keeps per token under selective checkpointing: its fp32 input and the outputs of
+    its matmuls and attention kernel (module docstring). Eager attention keeps the scores' row of the token
+    (its first matmul's output, [heads, T] per token) instead of SDPA's log-sum-exp."""
+    q_dim = shape.heads * shape.head_dim
+    # q, k, v, the attention output, o, gate, up, down: in bf16 under autocast (the matmuls' dtype)
+    matmul_outputs = 2 * q_dim + 2 * shape.kv_dim + 2 * shape.hidden + 2 * shape.intermediate
+    element = 4 if precision == "fp32" else 2
+    attention = 4 * shape.heads if eager_sequence_tokens is None else element * shape.heads * eager_sequence_tokens
+    return 4 * shape.hidden + element * matmul_outputs + attention
 
 
 @dataclass(frozen=True)
@@ -174,6 +214,9 @@ class TrainerMemory:
     autocast_copies: int
     activations: int
     logits: int
+    gathered: int = 0
+    """FSDP2's whole layers on this rank during the update: `GATHERED_LAYERS` layers' weights and one layer's
+    gradient before its reduce-scatter (0 in one process)."""
 
     @property
     def persistent(self) -> int:
@@ -181,22 +224,25 @@ class TrainerMemory:
 
     @property
     def peak(self) -> int:
-        return self.persistent + self.gradients + self.autocast_copies + self.activations + self.logits
+        return self.persistent + self.gradients + self.autocast_copies + self.activations + self.logits + self.gathered
 
     def lines(self) -> list[str]:
         parts = {"weights": self.weights, "gradients": self.gradients, "optimizer state": self.optimizer,
                  "KL reference": self.reference, "autocast bf16 copies": self.autocast_copies,
-                 "activations": self.activations, "LM-head chunk": self.logits}
+                 "FSDP2 gathered layers": self.gathered, "activations": self.activations, "LM-head chunk": self.logits}
         return [f"{name:22s} {gib(value):8.2f} GiB" for name, value in parts.items() if value]
 
 
 def trainer_memory(shape: ModelShape, precision: Precision, tokens_per_micro_batch: int, logprob_chunk: int,
                    kl_reference: bool = False, lora_parameters: int | None = None,
-                   checkpointing: bool = False, eager_sequence_tokens: int | None = None,
-                   optimizer: OptimizerConfig | None = None) -> TrainerMemory:
-    """The trainer's peak during one micro-batch's forward and backward (module docstring).
+                   checkpointing: Checkpointing = "none", eager_sequence_tokens: int | None = None,
+                   optimizer: OptimizerConfig | None = None, sequence_parallel: int = 1) -> TrainerMemory:
+    """The trainer's peak during one micro-batch's forward and backward (module docstring), in one process
+    or on one rank of a sequence-parallel group of `sequence_parallel` ranks, which holds 1/sp of the
+    micro-batch's `tokens_per_micro_batch` (`per_rank` splits the state besides).
     `lora_parameters`: the adapters' parameter count (None: every weight trains); `optimizer`: the
     trainer's (None: AdamW; Muon refuses LoRA, so its state is counted for full fine-tuning only)."""
+    local_tokens = -(-tokens_per_micro_batch // sequence_parallel)
     n = shape.parameters
     trained = n if lora_parameters is None else lora_parameters
     frozen = 0
@@ -210,12 +256,29 @@ def trainer_memory(shape: ModelShape, precision: Precision, tokens_per_micro_bat
                    if optimizer is not None and lora_parameters is None else 8 * trained),
         # with adapters the reference is the same model, adapters off: no second copy
         reference=FROZEN_BYTES_PER_PARAMETER * n if kl_reference and lora_parameters is None else 0,
-        autocast_copies=(AUTOCAST_COPY_BYTES * shape.layer_parameters * (1 if checkpointing else shape.layers)
+        # checkpointed layers (selective too) cast their weights again when recomputed: one layer's copies at a time
+        autocast_copies=(AUTOCAST_COPY_BYTES * shape.layer_parameters * (1 if checkpointing != "none" else shape.layers)
                          if precision == "bf16_autocast" else 0),
-        activations=tokens_per_micro_batch * activation_bytes_per_token(shape, precision, checkpointing,
-                                                                        eager_sequence_tokens),
-        logits=LOGIT_BUFFERS * min(logprob_chunk, tokens_per_micro_batch) * shape.vocab * 4,
+        activations=local_tokens * activation_bytes_per_token(shape, precision, checkpointing, eager_sequence_tokens),
+        logits=LOGIT_BUFFERS * min(logprob_chunk, local_tokens) * shape.vocab * 4,
     )
+
+
+def per_rank(memory: TrainerMemory, shape: ModelShape, precision: Precision, state_shards: int) -> TrainerMemory:
+    """One rank's part of `memory` when FSDP2 shards the state over `state_shards` ranks (the mesh's shard x
+    sequence_parallel; 1: one process, unchanged): weights, gradients, optimizer state and reference split that
+    many ways (rounded up), and the whole layers it gathers (module docstring; their weights in bf16 under
+    bf16 autocast, FSDP2's param_dtype there, and their gradient in fp32, its reduce_dtype)."""
+    if state_shards == 1:
+        return memory
+    weight_bytes = 2 if precision == "bf16_autocast" else 4
+    gathered = shape.layer_parameters * (GATHERED_LAYERS * weight_bytes + 4)
+
+    def split(value: int) -> int:
+        return -(-value // state_shards)
+
+    return TrainerMemory(split(memory.weights), split(memory.gradients), split(memory.optimizer),
+                         split(memory.reference), memory.autocast_copies, memory.activations, memory.logits, gathered)
 
 
 def lora_parameters(shape: ModelShape, rank: int) -> int:

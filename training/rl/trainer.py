@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from passband.training.rl.config import RLAlgoConfig
+from passband.training.runtime.activation_checkpointing import enable_checkpointing
 from passband.training.checkpoint import ADAPTER_FOLDER
 from passband.training.rl.monitoring.timeline import Span
 
@@ -204,7 +205,7 @@ def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False,
     model = (empty_causal_lm(weights_dir, trust_remote_code) if on_meta
              else load_causal_lm(weights_dir, trust_remote_code=trust_remote_code)).eval()
     model.set_attn_implementation(algo.attention)
-    if algo.activation_checkpointing:
+    if algo.activation_checkpointing != "none":
         # transformers checkpoints its decoder layers only in training mode: train() with every
         # dropout probability set to 0 is as deterministic as eval().
         _zero_dropout(model)
@@ -212,8 +213,7 @@ def load_policy(weights_dir: Path, algo: RLAlgoConfig, on_meta: bool = False,
         # sets the process-wide CPU generator to each layer's stashed state in backward: with rollouts
         # sampled ahead (max_off_policy_steps >= 1) the engine draws from that generator on another
         # thread at the same moment, so its samples came out different from run to run.
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False, "preserve_rng_state": False})
+        enable_checkpointing(model, algo.activation_checkpointing, preserve_rng_state=False)
         model.train()
     return model
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from passband.training.lora.settings import LoraConfig
 from passband.training.optim.config import OptimizerConfig, refuse_muon_with_lora
+from passband.training.runtime.activation_checkpointing import CheckpointingSetting
 from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
 
@@ -75,7 +76,14 @@ class StageConfig(BaseModel):
         "the next stage, evaluation and RL load, as from any stage) and the adapter beside them (`adapter/`, "
         "peft's layout); a resumed stage trains on from the adapter. None: full fine-tuning.",
     )
-    activation_checkpointing: bool = Field(default=False, description="Recompute each decoder layer in backward instead of storing its activations.")
+    activation_checkpointing: CheckpointingSetting = Field(
+        default="none",
+        description="What the backward recomputes instead of storing (training/runtime/activation_checkpointing.py): "
+        "'none'; 'selective': keep the matmuls' and attention's outputs, recompute norms, activations and "
+        "element-wise ops from them (same gradients, fewer activations, little extra compute); 'every-layer': keep "
+        "each decoder layer's input only and run its forward again in backward (the least memory, about one more "
+        "forward). true/false, this setting's old values, read as every-layer/none.",
+    )
     checkpoint_every: int = Field(default=0, ge=0, description="Save a checkpoint every this many steps (0: only at the stage end).")
     seed: int = Field(default=0, description="Seeds the data order (one permutation per epoch) and torch/python/numpy RNGs.")
 

@@ -30,6 +30,7 @@ import torch
 from passband.training.checkpoint import (ADAPTER_FOLDER, load_model_weights, read_trainer_state, read_weights,
                                           save_checkpoint)
 from passband.training.runtime.checkpoint_shards import restore_training_state, save_sharded_checkpoint
+from passband.training.runtime.activation_checkpointing import enable_checkpointing
 from passband.training.runtime.meta_init import fill_weights, on_meta
 from passband.training.lora.adapters import (adapter_checkpoint, attach_adapters, base_weights_in_bf16,
                                              load_adapter_state, read_adapter)
@@ -205,8 +206,7 @@ def _prepare_model(model: Any, cfg: StageConfig, resume_from: Path | None,
         attach_adapters(model, cfg.lora, cfg.lora.seed)
         if resume_from is not None:
             load_adapter_state(model, read_adapter(resume_from / ADAPTER_FOLDER))
-    if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_checkpointing(model, cfg.activation_checkpointing)
     model.train()
     previous_attention = model.config._attn_implementation
     run_on = resolve_device(cfg.device)  # the one decision; the model, AdamW and every batch follow it
