@@ -15,7 +15,6 @@ from passband.training.lora.settings import RLLoraConfig
 from passband.training.optim.config import OptimizerConfig, refuse_muon_with_lora
 from passband.training.rl.algebra.kl_rules import check_kl_placement, refuse_renamed_estimator
 from passband.training.runtime.schedule import lr_at
-from passband.training.runtime.activation_checkpointing import CheckpointingSetting
 from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
 # What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
@@ -94,7 +93,19 @@ class RLAlgoConfig(BaseModel):
         default=1, ge=1, description="S: optimizer steps on each fixed rollout batch (1 = on-policy; more drifts off-policy)."
     )
     micro_batch_size: int = Field(
-        default=8, ge=1, description="Sequences per forward/backward pass; gradients accumulate to the full-batch loss."
+        default=8, ge=1, description="Sequences per forward/backward pass; gradients accumulate to the full-batch loss. "
+        "Unused when micro_batch_tokens is set."
+    )
+    micro_batch_tokens: int | None = Field(
+        default=None, ge=1,
+        description="Token-budget micro-batches (issue 68): instead of micro_batch_size rows, rows are packed, longest "
+        "first, into micro-batches of at most this many decoder tokens (with pack_rows the pack's tokens, else rows x "
+        "the longest row, rounded up to pad_to_multiple; a row over the budget alone), and under torchrun ranks "
+        "dealt so that every rank runs the same number of micro-batches with about the same tokens "
+        "(training/rl/batches/micro_batches.py). The loss and its normalisation do not change (tests/"
+        "test_rl_token_budget.py: the same weights as micro_batch_size, and at 2 ranks as at one). The memory "
+        "model sizes the trainer by it (or by max_model_len, the longest row, when that is more). None: "
+        "micro_batch_size rows per micro-batch.",
     )
     fused_scoring: bool = Field(
         default=True,
@@ -192,14 +203,11 @@ class RLAlgoConfig(BaseModel):
         "update's peak held the earlier micro-batches' leftovers. scripts/bench_rl_vs_trl.py, 2 cores: trainer peak "
         "5.28 -> 5.08 GB at the same seconds per iteration (35.1 vs 35.6, within the run-to-run spread).",
     )
-    activation_checkpointing: CheckpointingSetting = Field(
-        default="every-layer",
-        description="What the update's backward recomputes instead of storing (training/runtime/activation_checkpointing.py): "
-        "'every-layer': keep each decoder layer's input only and run its forward again in backward, so the "
-        "micro-batch's activations shrink to one layer's plus the layer inputs, for about one more forward of compute "
-        "(scripts/bench_rl_trainer_memory.py measures it); 'selective': keep the matmuls' and attention's outputs and "
-        "recompute norms, activations and element-wise ops; 'none'. true/false, this setting's old values, read as "
-        "every-layer/none.",
+    activation_checkpointing: bool = Field(
+        default=True,
+        description="Recompute each decoder layer in backward instead of storing its activations: the micro-batch's "
+        "activations shrink to one layer's plus the layer inputs, for about one more forward of compute "
+        "(scripts/bench_rl_trainer_memory.py measures both).",
     )
 
     # Training-inference mismatch (docs/recipe.md section 5).

@@ -8,7 +8,9 @@ outside the decoder. Gradients are summed across ranks, not averaged (`shard_for
 Every rank holds the whole batch and runs `rl_update` on it; each micro-batch loop of the update
 (the scoring passes, the inner steps) takes its round-robin share (`own_chunks`, SFT's
 `rank_micro_batches`: a rank left one short runs a zero-weight copy of the last micro-batch, so
-every rank joins the same collectives). Each micro-batch's loss is already its share of the whole
+every rank joins the same collectives; with `algo.micro_batch_tokens` the micro-batches are laid out so that
+this round-robin deals every rank the same number and about the same tokens: training/rl/batches/micro_batches.py).
+Each micro-batch's loss is already its share of the whole
 batch's loss (training/rl/loss.py), so the summed gradient is the one-process gradient up to float
 summation order. The per-row log-probs and entropies a rank computed are summed into every rank's
 copy (`merge_rows`): every batch-wide decision (advantages with KL, Clip-Cov, the metrics) then

@@ -45,6 +45,11 @@ Packed rows (cfg.pack_rows, off by default): each micro-batch's rows run through
 whole update by `_attention_for`), and come back as the same `[mb, w]` log-probs and entropy: the micro-batches,
 the loss inputs and every term of the loss are as in the padded path (tests/test_rl_packed_rows.py).
 
+Token-budget micro-batches (cfg.micro_batch_tokens, `_micro_batches`): every pass's micro-batches hold up to a
+budget of decoder tokens instead of a number of rows, dealt so that every torchrun rank runs as many micro-batches
+with about as many tokens (training/rl/batches/micro_batches.py); only the grouping changes, the loss does not
+(tests/test_rl_token_budget.py).
+
 Precision (cfg.precision): every trainer forward, the no-grad scoring pass and the inner steps
 alike, goes through `_forward_logprobs`, under bf16 autocast or in fp32; pi_old and pi_theta are
 therefore computed at the same precision and the first inner step's ratio is exactly 1.
@@ -64,6 +69,7 @@ from passband.training.heap import trim_heap
 from passband.training.logprobs import ResponseLogprobs, packed_response_logprobs, pad_rows, response_logprobs
 from passband.training.rl.algebra.advantages import group_advantages, zero_variance_groups
 from passband.training.rl.batches.batching import RolloutBatch
+from passband.training.rl.batches.micro_batches import token_budget_micro_batches
 from passband.training.lora.adapters import adapters_disabled
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.algebra.covariance import clip_cov_keep_mask, kl_cov_selection
@@ -77,7 +83,7 @@ from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
 from passband.training.rl.update_metrics import BatchMetrics, StepsMetrics, ThetaKMetrics, UpdateMetrics, summarize_steps
 from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
-from passband.training.runtime.distributed import full_norm
+from passband.training.runtime.distributed import full_norm, world_size
 from passband.training.runtime.precision import autocast_for, resolve_precision
 from passband.training.runtime.varlen_attention import varlen_attention
 
@@ -125,21 +131,29 @@ def advantages_with_kl(
     return advantages, rewards
 
 
-def _micro_batches(batch: RolloutBatch, rows: list[int], size: int) -> list[list[int]]:
-    """`rows` in micro-batches of `size`, rows of similar length together (sorted by prompt +
-    response length, stable). Each micro-batch is padded to its own longest row, so in rollout
-    order (one prompt's G samples per micro-batch, a 128-token ramble padding seven short answers)
-    most of a micro-batch's tokens can be padding. Every row's share of the loss is its own, so the
-    grouping changes nothing but the order in which gradients are summed."""
-    by_length = sorted(rows, key=lambda row: len(batch.prompt_ids[row]) + len(batch.response_ids[row]))
+def _micro_batches(batch: RolloutBatch, rows: list[int], cfg: RLAlgoConfig) -> list[list[int]]:
+    """`rows` in micro-batches: cfg.micro_batch_tokens decoder tokens each, dealt evenly across the trainer ranks
+    (training/rl/batches/micro_batches.py), or else cfg.micro_batch_size rows each, rows of similar length
+    together (sorted by prompt + response length, stable). A padded micro-batch is padded to its own longest row,
+    so in rollout order (one prompt's G samples per micro-batch, a 128-token ramble padding seven short answers)
+    most of its tokens can be padding. Every row's share of the loss is its own, so the grouping changes nothing
+    but the order in which gradients are summed."""
+    lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
+    if cfg.micro_batch_tokens is not None:
+        return token_budget_micro_batches(rows, lengths, cfg.micro_batch_tokens, world_size(), cfg.pack_rows,
+                                          cfg.pad_to_multiple)
+    by_length = sorted(rows, key=lambda row: lengths[row])
+    size = cfg.micro_batch_size
     return [by_length[start : start + size] for start in range(0, len(by_length), size)]
 
 
-def _chunks(batch: RolloutBatch, parts: list[list[int]], size: int) -> list[list[int]]:
+def _chunks(batch: RolloutBatch, parts: list[list[int]], cfg: RLAlgoConfig) -> list[list[int]]:
     """`_micro_batches` of each part on its own, in order: no micro-batch mixes two parts. The trained rows
     with gradient and those without (`_zero_gradient_rows`) are two parts, so leaving the latter out leaves
-    every other micro-batch, its padding and its GEMM shapes as they were: the same gradient bit for bit."""
-    return [chunk for part in parts for chunk in _micro_batches(batch, part, size)]
+    every other micro-batch, its padding and its GEMM shapes as they were: the same gradient bit for bit.
+    (Under ranks with a token budget each part's micro-batches are dealt on their own, a multiple of the ranks
+    where the rows allow, so every part starts at rank 0.)"""
+    return [chunk for part in parts for chunk in _micro_batches(batch, part, cfg)]
 
 
 def _zero_gradient_rows(cfg: RLAlgoConfig, rows: list[int], advantages: Tensor) -> list[int]:
@@ -252,9 +266,8 @@ def _score_rows(model: torch.nn.Module, batch: RolloutBatch, valid_parts: list[l
                 width: int, cfg: RLAlgoConfig, precision: Precision) -> tuple[Tensor, Tensor]:
     """`_scoring_pass` of the valid rows (log-probs and entropy), each of `valid_parts` chunked on its own as
     the inner steps chunk it (`_chunks`), and of `invalid_rows` (log-probs only): `[B, width]`, 0 elsewhere."""
-    size = cfg.micro_batch_size
-    logp, entropy = _scoring_pass(model, batch, _chunks(batch, valid_parts, size), width, cfg, True, precision)
-    invalid = _scoring_pass(model, batch, _micro_batches(batch, invalid_rows, size), width, cfg, False, precision)[0]
+    logp, entropy = _scoring_pass(model, batch, _chunks(batch, valid_parts, cfg), width, cfg, True, precision)
+    invalid = _scoring_pass(model, batch, _micro_batches(batch, invalid_rows, cfg), width, cfg, False, precision)[0]
     return logp + invalid, entropy
 
 
@@ -449,7 +462,7 @@ def _score_reference(model: torch.nn.Module, ref_model: torch.nn.Module | None, 
     ref_logp = None
     if cfg.kl_coef > 0:
         with adapters_disabled(ref_model):  # with LoRA the reference is the policy's own frozen base
-            ref_logp, _ = _scoring_pass(ref_model, batch, _micro_batches(batch, rows.valid_rows, cfg.micro_batch_size),
+            ref_logp, _ = _scoring_pass(ref_model, batch, _micro_batches(batch, rows.valid_rows, cfg),
                                         rows.width, cfg, False, precision)
     if cfg.kl_coef > 0 and cfg.kl_placement == "reward":
         return (ref_logp, *_score_rows(model, batch, [rows.valid_rows], rows.invalid_rows, rows.width, cfg, precision))
@@ -484,7 +497,7 @@ def _plan(batch: RolloutBatch, rows: _Rows, cfg: RLAlgoConfig, trainer_logp: Ten
     zero = _zero_gradient_rows(cfg, trained, advantages)
     live = [i for i in trained if i not in set(zero)]
     skipped = zero if cfg.skip_zero_gradient_rows else []
-    step_chunks = _chunks(batch, [live] if cfg.skip_zero_gradient_rows else [live, zero], cfg.micro_batch_size)
+    step_chunks = _chunks(batch, [live] if cfg.skip_zero_gradient_rows else [live, zero], cfg)
     in_training = set(trained)
     metrics = BatchMetrics(
         zero_variance_group_frac=zero_variance_frac, kl_reward_penalty_mean=penalty_mean,
