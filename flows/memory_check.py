@@ -8,8 +8,11 @@ be meant for another machine). A pipeline stage placed on a work pool is left to
 `device` setting resolves to on this machine, at the precision `precision` resolves to there.
 
 What the estimate assumes: every micro-batch's sequences as long as the engine accepts
-(`engine.max_model_len`) for RL, `micro_batch_tokens` for SFT; one process (torchrun ranks hold
-1/N of the weights, gradients and AdamW each, FSDP2's full shard); RL's in-process engine on the
+(`engine.max_model_len`) for RL, `micro_batch_tokens` for SFT; every figure is one rank's on the
+`distributed` mesh (replicate x shard x sequence_parallel; one process by default): FSDP2 splits the
+weights, gradients and optimizer state over shard x sequence_parallel and gathers a layer or two whole,
+a sequence-parallel rank holds 1/sp of each micro-batch's activations (training/memory_model.py:
+`per_rank`, `trainer_memory`'s sequence_parallel); RL's in-process engine on the
 trainer's device (asleep during the update where `engine.sleep_while_training` resolves on), an
 engine in its own process on the same device too, and none with `rollout.workers: task_workers`.
 """
@@ -23,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from passband.training.memory_model import (DeviceFit, ModelShape, TrainerMemory, colocated_fit, engine_bytes, gib,
-                                            kv_bytes_per_token, lora_parameters, trainer_memory)
+                                            kv_bytes_per_token, lora_parameters, per_rank, trainer_memory)
 from passband.training.model_shapes import model_shape
 
 
@@ -150,7 +153,7 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
     shape = model_shape(config.model, ask_hub)
     if isinstance(shape, str):
         return f"{where}: no memory estimate: {shape}"
-    algo, engine, ranks = config.algo, config.engine, config.distributed.nproc_per_node
+    algo, engine, mesh = config.algo, config.engine, config.distributed.mesh
     placement = _placement(algo.device, algo.precision, target)
     if isinstance(placement, str):
         return Unplaceable(f"{where}.algo.device", placement)
@@ -158,12 +161,12 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
     # a token budget bounds a micro-batch's tokens, but a row is never split: the longest row alone may pass it
     tokens = (max(algo.micro_batch_tokens, engine.max_model_len) if algo.micro_batch_tokens is not None
               else algo.micro_batch_size * engine.max_model_len)
-    trainer = _sharded(trainer_memory(
+    trainer = per_rank(trainer_memory(
         shape, precision, tokens, algo.logprob_chunk_size, kl_reference=algo.kl_coef > 0,
         lora_parameters=lora_parameters(shape, algo.lora.rank) if algo.lora else None,
         checkpointing=algo.activation_checkpointing,
         eager_sequence_tokens=engine.max_model_len if algo.attention == "eager" else None,
-        optimizer=algo.optimizer), ranks)
+        optimizer=algo.optimizer, sequence_parallel=mesh.sequence_parallel), shape, precision, _state_shards(mesh))
     total = device_bytes(device, target)
     cuda = device.type == "cuda"
     dtype = engine.dtype if engine.dtype != "auto" else ("bfloat16" if cuda else engine.resolved_dtype())
@@ -183,11 +186,11 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
     per_micro_batch = (f"{tokens} tokens" if algo.micro_batch_tokens is not None
                        else f"{algo.micro_batch_size} sequences x {engine.max_model_len} tokens")
     assumptions = (f"{per_micro_batch} per micro-batch, {precision}, "
-                   f"{algo.attention} attention, activation checkpointing {'on' if algo.activation_checkpointing else 'off'}"
-                   + (f", {ranks} ranks" if ranks > 1 else "")
+                   f"{algo.attention} attention, activation checkpointing {algo.activation_checkpointing}"
+                   + _mesh_words(mesh)
                    + f", engine {gib(engine_on_device):.1f} GiB in {dtype}{' asleep while training' if sleeps else ''}")
     remedies = [f"a smaller {where}.algo.micro_batch_{'tokens' if algo.micro_batch_tokens is not None else 'size'}"]
-    remedies += [f"{where}.algo.activation_checkpointing: true"] * (not algo.activation_checkpointing)
+    remedies += _checkpointing_remedies(f"{where}.algo.activation_checkpointing", algo.activation_checkpointing)
     remedies += [f"{where}.algo.attention: sdpa"] * (algo.attention == "eager")
     remedies += [f"{where}.algo.lora"] * (algo.lora is None)
     return Estimate(where, config.model, shape, trainer, fit, assumptions, tuple(remedies))
@@ -202,23 +205,35 @@ def _sft_estimate(config: Any, stage: Any, where: str, ask_hub: bool,
     if isinstance(placement, str):
         return Unplaceable(where, placement)
     device, precision = placement
-    ranks = config.distributed.nproc_per_node
-    trainer = _sharded(trainer_memory(
+    mesh = config.distributed.mesh
+    trainer = per_rank(trainer_memory(
         shape, precision, stage.micro_batch_tokens, stage.loss_chunk_size,
         lora_parameters=lora_parameters(shape, stage.lora.rank) if stage.lora else None,
-        checkpointing=stage.activation_checkpointing, optimizer=stage.optimizer), ranks)
+        checkpointing=stage.activation_checkpointing, optimizer=stage.optimizer,
+        sequence_parallel=mesh.sequence_parallel), shape, precision, _state_shards(mesh))
     fit = DeviceFit(f"{device.type} device", device_bytes(device, target), {"training": trainer.peak})
     assumptions = (f"{stage.micro_batch_tokens} tokens per micro-batch, {precision}, activation checkpointing "
-                   f"{'on' if stage.activation_checkpointing else 'off'}" + (f", {ranks} ranks" if ranks > 1 else ""))
+                   f"{stage.activation_checkpointing}" + _mesh_words(mesh))
     remedies = [f"a smaller {where}.micro_batch_tokens"]
-    remedies += [f"{where}.activation_checkpointing: true"] * (not stage.activation_checkpointing)
+    remedies += _checkpointing_remedies(f"{where}.activation_checkpointing", stage.activation_checkpointing)
     remedies += [f"{where}.lora"] * (stage.lora is None)
     return Estimate(where, config.model, shape, trainer, fit, assumptions, tuple(remedies))
 
 
-def _sharded(memory: TrainerMemory, ranks: int) -> TrainerMemory:
-    """Per rank under FSDP2's full shard: weights, gradients, optimizer state and reference split N ways."""
-    if ranks == 1:
-        return memory
-    return TrainerMemory(memory.weights // ranks, memory.gradients // ranks, memory.optimizer // ranks,
-                         memory.reference // ranks, memory.autocast_copies, memory.activations, memory.logits)
+def _state_shards(mesh: Any) -> int:
+    """The ranks FSDP2 splits the weights and optimizer state over: shard merged with sequence_parallel
+    (the recipe's DP-shard x SP; replicas hold copies)."""
+    return mesh.shard * mesh.sequence_parallel
+
+
+def _mesh_words(mesh: Any) -> str:
+    if mesh.world_size == 1:
+        return ""
+    return (f", per rank of {mesh.world_size} (replicate {mesh.replicate} x shard {mesh.shard} x sequence_parallel "
+            f"{mesh.sequence_parallel})")
+
+
+def _checkpointing_remedies(setting: str, value: str) -> list[str]:
+    """The checkpointing settings that keep less than `value` does, as the user writes them."""
+    lighter = {"none": ["selective", "every-layer"], "selective": ["every-layer"], "every-layer": []}[value]
+    return [f"{setting}: {choice}" for choice in lighter]

@@ -15,6 +15,7 @@ from passband.training.lora.settings import RLLoraConfig
 from passband.training.optim.config import OptimizerConfig, refuse_muon_with_lora
 from passband.training.rl.algebra.kl_rules import check_kl_placement, refuse_renamed_estimator
 from passband.training.runtime.schedule import lr_at
+from passband.training.runtime.activation_checkpointing import CheckpointingSetting
 from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
 # What clip_low, clip_high and aggregation mean when left None, per `level`. Sequence-level ratios
@@ -203,11 +204,14 @@ class RLAlgoConfig(BaseModel):
         "update's peak held the earlier micro-batches' leftovers. scripts/bench_rl_vs_trl.py, 2 cores: trainer peak "
         "5.28 -> 5.08 GB at the same seconds per iteration (35.1 vs 35.6, within the run-to-run spread).",
     )
-    activation_checkpointing: bool = Field(
-        default=True,
-        description="Recompute each decoder layer in backward instead of storing its activations: the micro-batch's "
-        "activations shrink to one layer's plus the layer inputs, for about one more forward of compute "
-        "(scripts/bench_rl_trainer_memory.py measures both).",
+    activation_checkpointing: CheckpointingSetting = Field(
+        default="every-layer",
+        description="What the update's backward recomputes instead of storing (training/runtime/activation_checkpointing.py): "
+        "'every-layer': keep each decoder layer's input only and run its forward again in backward, so the "
+        "micro-batch's activations shrink to one layer's plus the layer inputs, for about one more forward of compute "
+        "(scripts/bench_rl_trainer_memory.py measures it); 'selective': keep the matmuls' and attention's outputs and "
+        "recompute norms, activations and element-wise ops; 'none'. true/false, this setting's old values, read as "
+        "every-layer/none.",
     )
 
     # Training-inference mismatch (docs/recipe.md section 5).
