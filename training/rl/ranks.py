@@ -24,7 +24,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from passband.training.runtime.distributed import rank, rank_micro_batches, shard_for_training, world_size
+from passband.training.runtime.distributed import rank_micro_batches, shard_for_training, trainer_mesh, world_size
+from passband.training.runtime.mesh import data_parallel_group, data_parallel_ranks
 
 
 class ShardedPolicy(torch.nn.Module):
@@ -62,20 +63,24 @@ def shard_policy(lm: torch.nn.Module, device: torch.device, precision: str = "fp
     return shard_for_training(ShardedPolicy(lm), device, precision)
 
 
-def own_chunks(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
-    """(micro-batch, counts) this rank runs: all of them, counted, in one process (`rank_micro_batches`)."""
-    return [(chunks[index], counts) for index, counts in rank_micro_batches(len(chunks), world_size(), rank())]
+def own_chunks(chunks: list[list[int]], device: torch.device) -> list[tuple[list[int], bool]]:
+    """(micro-batch, counts) this rank runs: all of them, counted, in one process (`rank_micro_batches`), dealt
+    over the data-parallel ranks of the trainer mesh on `device`: the ranks of one sequence-parallel group run
+    the same micro-batches, each its shard of their tokens (training/runtime/ulysses.py)."""
+    num_ranks, this_rank = data_parallel_ranks(trainer_mesh(device.type))
+    return [(chunks[index], counts) for index, counts in rank_micro_batches(len(chunks), num_ranks, this_rank)]
 
 
 def merge_rows(values: Tensor, own_rows: list[int], all_rows: list[int]) -> None:
-    """Under ranks, set `values`' rows `all_rows` (each computed by exactly one rank; `own_rows` by
-    this one) to what their rank computed, in place on every rank. Exact: the other ranks add zeros."""
+    """Under ranks, set `values`' rows `all_rows` (each computed by exactly one data-parallel rank; `own_rows`
+    by this one) to what their rank computed, in place on every rank. Exact: the other ranks add zeros. Summed
+    over the data-parallel group: the ranks of one sequence-parallel group hold the same rows, counted once."""
     if world_size() == 1:
         return
     mine = torch.zeros_like(values)
     own = torch.tensor(own_rows, dtype=torch.long).to(values.device)
     mine[own] = values[own]
-    torch.distributed.all_reduce(mine)
+    torch.distributed.all_reduce(mine, group=data_parallel_group(trainer_mesh(values.device.type)))
     every = torch.tensor(all_rows, dtype=torch.long).to(values.device)
     values[every] = mine[every]
 

@@ -83,7 +83,9 @@ from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
 from passband.training.rl.update_metrics import BatchMetrics, StepsMetrics, ThetaKMetrics, UpdateMetrics, summarize_steps
 from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
-from passband.training.runtime.distributed import full_norm, world_size
+from passband.training.runtime.distributed import full_norm, trainer_mesh, world_size
+from passband.training.runtime.mesh import sequence_parallel_group
+from passband.training.runtime.ulysses import gather_sequence
 from passband.training.runtime.precision import autocast_for, resolve_precision
 from passband.training.runtime.varlen_attention import varlen_attention
 
@@ -186,14 +188,22 @@ def _forward_logprobs(model: torch.nn.Module, batch: RolloutBatch, chunk: list[i
     hook), from which `_chunk_entropy` computes the entropy without another forward. cfg.pack_rows: the rows in
     one sequence (`packed_response_logprobs`), the same `[mb, w]` log-probs up to float rounding."""
     handle = None
+    # Ulysses (training/runtime/ulysses.py): each rank forwards its shard of the packed rows (`_attention_for`
+    # refuses it unpacked); the entropy's hidden states are the whole pack's, gathered.
+    sequence_group = sequence_parallel_group(trainer_mesh(model.lm_head.weight.device.type))
     if hidden is not None:
-        handle = model.model.register_forward_hook(lambda _m, _args, out: hidden.append(out.last_hidden_state))
+        handle = model.model.register_forward_hook(
+            lambda _m, _args, out: hidden.append(gather_sequence(out.last_hidden_state, sequence_group)))
     try:
         with autocast_for(precision, model.lm_head.weight.device):
             def run(lm: torch.nn.Module) -> tuple[Tensor, Tensor]:
-                forward = packed_response_logprobs if cfg.pack_rows else response_logprobs
-                out = forward(lm, [batch.prompt_ids[i] for i in chunk], [batch.response_ids[i] for i in chunk],
-                              batch.temperature, cfg.logprob_chunk_size, cfg.pad_to_multiple)
+                prompts, responses = [batch.prompt_ids[i] for i in chunk], [batch.response_ids[i] for i in chunk]
+                if cfg.pack_rows:
+                    out = packed_response_logprobs(lm, prompts, responses, batch.temperature, cfg.logprob_chunk_size,
+                                                   cfg.pad_to_multiple, sequence_group)
+                else:
+                    out = response_logprobs(lm, prompts, responses, batch.temperature, cfg.logprob_chunk_size,
+                                            cfg.pad_to_multiple)
                 return out.logp, out.mask
 
             logp, mask = through_root(model, run)
@@ -244,7 +254,7 @@ def _scoring_pass(
     logp = torch.zeros(batch.num_rows, width, device=device)
     entropy = torch.zeros(batch.num_rows, width, device=device)
     own_rows = []
-    for chunk, counts in own_chunks(chunks):  # all of them in one process; this rank's share under ranks
+    for chunk, counts in own_chunks(chunks, device):  # all of them in one process; this rank's share under ranks
         captured: list[Tensor] = []
         out = _forward_logprobs(model, batch, chunk, cfg, precision, captured if with_entropy else None)
         chunk_entropy = _chunk_entropy(model, batch, chunk, captured[0], out.mask, cfg) if with_entropy else None
@@ -325,7 +335,7 @@ def _inner_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch:
     optimizer.zero_grad(set_to_none=True)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     own_rows = []
-    for chunk, counts in own_chunks(chunks):  # all of them in one process; this rank's share under ranks
+    for chunk, counts in own_chunks(chunks, step_logp.device):  # all in one process; this rank's share under ranks
         hidden: list[Tensor] | None = [] if entropy is not None else None
         out = _forward_logprobs(model, batch, chunk, cfg, precision, hidden)
         if not counts:  # a rank's padding pass (training/rl/ranks.py): the others' collectives, zero gradient
@@ -403,12 +413,19 @@ def rl_update(
 
 def _attention_for(model: torch.nn.Module, ref_model: torch.nn.Module | None, cfg: RLAlgoConfig) -> ContextManager:
     """cfg.pack_rows: the policy and the reference on the varlen kernel for the whole update (its backward and
-    the checkpointed layers' recompute included), their own attention back after it; else nothing changes."""
+    the checkpointed layers' recompute included), their own attention back after it; else nothing changes.
+    Sequence parallelism splits the packed sequence, so it needs cfg.pack_rows, and the kernel that runs
+    head-parallel (varlen_sdpa, whatever the device)."""
+    device = model.lm_head.weight.device
+    sequence_parallel = sequence_parallel_group(trainer_mesh(device.type)) is not None
+    if sequence_parallel and not cfg.pack_rows:
+        raise ValueError("distributed.sequence_parallel > 1 needs algo.pack_rows: true (each sequence-parallel "
+                         "rank forwards its shard of a micro-batch's packed rows)")
     if not cfg.pack_rows:
         return nullcontext()
     # the plain LM under ranks (ShardedPolicy.lm); the reference is the policy itself under LoRA
     models = list({id(m): m for m in (getattr(m, "lm", m) for m in (model, ref_model) if m is not None)}.values())
-    return varlen_attention(models, model.lm_head.weight.device)
+    return varlen_attention(models, device, sequence_parallel)
 
 
 @dataclass(frozen=True)

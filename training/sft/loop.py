@@ -7,7 +7,9 @@ total number of loss tokens before backward, so the accumulated gradient is exac
 token-mean loss over the whole step, however the step is split. Then clip, the optimizer (the stage's
 `optimizer`: AdamW, or Muon and AdamW, training/optim/), next step.
 Under torchrun (WORLD_SIZE > 1) the same loop runs on every rank with the model sharded by FSDP2
-and the step's micro-batches split across ranks; see training/runtime/distributed.py.
+and the step's micro-batches split across ranks; see training/runtime/distributed.py. With
+`distributed.sequence_parallel` > 1 the ranks of one sequence-parallel group share each micro-batch, split
+along its tokens (training/runtime/ulysses.py); the micro-batches are dealt over the data-parallel ranks.
 
 Resume: a checkpoint holds the weights, optimizer state, RNG states and the sampler's (epoch, cursor);
 the learning rate is a pure function of the step. Continuing from it runs exactly the steps an
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed import ProcessGroup
 
 from passband.training.checkpoint import (ADAPTER_FOLDER, load_model_weights, read_trainer_state, read_weights,
                                           save_checkpoint)
@@ -35,7 +38,9 @@ from passband.training.runtime.meta_init import fill_weights, on_meta
 from passband.training.lora.adapters import (adapter_checkpoint, attach_adapters, base_weights_in_bf16,
                                              load_adapter_state, read_adapter)
 from passband.training.sft.config import StageConfig
-from passband.training.runtime.distributed import full_norm, rank, rank_micro_batches, shard_for_training, world_size
+from passband.training.runtime.distributed import (full_norm, rank, rank_micro_batches, shard_for_training,
+                                                   trainer_mesh, world_size)
+from passband.training.runtime.mesh import data_parallel_group, data_parallel_ranks, sequence_parallel_group
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.runtime.varlen_attention import resolve_attention
 from passband.training.runtime.device import fused_on, peak_memory_mb, resolve_device
@@ -92,11 +97,15 @@ def train_step(
     device: torch.device,
     num_ranks: int = 1,
     this_rank: int = 0,
+    data_group: ProcessGroup | None = None,
 ) -> dict[str, float]:
     """Forward and backward over one step's examples (gradients accumulate; no optimizer step).
 
     With num_ranks > 1 every rank passes the whole step's examples and runs its share of the
     micro-batches (`rank_micro_batches`); the metrics returned are the whole step's on every rank.
+    Under sequence parallelism num_ranks and this_rank count data-parallel ranks (the ranks of one SP group
+    run the same micro-batches and each returns its whole loss), and the metrics are summed over
+    `data_group` (training/runtime/mesh.py: data_parallel_group; None: every rank).
     """
     lengths = [len(e.input_ids) for e in examples]
     rows = pack_first_fit_decreasing(lengths, max_length)
@@ -122,7 +131,7 @@ def train_step(
         num_padded += batch.input_ids.numel()
     totals = torch.cat([loss_sum[None], torch.tensor([num_padding, num_padded], dtype=torch.float64).to(device)])
     if num_ranks > 1:
-        torch.distributed.all_reduce(totals)
+        torch.distributed.all_reduce(totals, group=data_group)
     loss_sum, num_padding, num_padded = totals.tolist()  # the step's one read of its metrics
     return {
         "loss": loss_sum / num_loss_tokens,
@@ -213,8 +222,11 @@ def _prepare_model(model: Any, cfg: StageConfig, resume_from: Path | None,
     precision = resolve_precision(cfg.precision, run_on)
     if cfg.lora is not None and precision == "bf16_autocast":  # the same bits in half the memory
         base_weights_in_bf16(model)
-    loss_module = PackedLMLoss(model, cfg.loss_chunk_size, resolve_attention(cfg.attention, run_on), precision,
-                               cfg.lm_head_fp32)
+    # Ulysses (distributed.sequence_parallel > 1): each micro-batch split along its tokens over the group
+    sequence_group = sequence_parallel_group(trainer_mesh(run_on.type))
+    loss_module = PackedLMLoss(model, cfg.loss_chunk_size,
+                               resolve_attention(cfg.attention, run_on, sequence_group is not None), precision,
+                               cfg.lm_head_fp32, sequence_group)
     if world_size() == 1:
         model.to(run_on)  # a no-op on the CPU; under ranks FSDP2 moves each shard instead
     loss_module = shard_for_training(loss_module, run_on, precision)
@@ -259,8 +271,9 @@ def _optimizer_step(model: Any, examples: list[SFTExample], stage: _Stage, cfg: 
     set_scheduled_lr(stage.optimizer, cfg.optimizer, cfg.lr,
                      lambda peak: lr_at(stage.step, peak, cfg.warmup_steps, stage.total_steps, cfg.schedule))
     step_examples = [examples[i] for i in stage.sampler.next_step()]
+    mesh = trainer_mesh(stage.device.type)  # None in one process
     metrics = train_step(stage.loss_module, step_examples, cfg.max_length, cfg.micro_batch_tokens, stage.pad_id,
-                         stage.device, world_size(), rank())
+                         stage.device, *data_parallel_ranks(mesh), data_parallel_group(mesh))
     max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
     grad_norm = full_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
     stage.optimizer.step()
