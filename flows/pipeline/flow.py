@@ -247,16 +247,83 @@ def _evaluate_checkpoints(config: PipelineConfig, outputs: dict[str, dict[str, s
     return evaluations
 
 
-def _register(config: PipelineConfig, run: Any, best: str, checkpoint: str, best_run: RunSummary,
-              selection_value: float, outputs: dict[str, dict[str, str]]) -> str:
-    """The best checkpoint in the MLflow model registry with its lineage; returns its version."""
+def _train(config: PipelineConfig, run_id: str) -> tuple[dict[str, RunSummary], dict[str, dict[str, str]]]:
+    """Curate, SFT, the re-curation on SFT's checkpoint (or curate's RL sets again), RL: each stage's
+    summary and outputs by stage, every stage's references bound to the outputs before it."""
+    from passband.flows.curate.flow import curate
+    from passband.flows.rl.flow import rl
+    from passband.flows.sft import sft
+
+    placed = config.placement.get
+    runs: dict[str, RunSummary] = {}
+    outputs: dict[str, dict[str, str]] = {}
+    runs["curate"] = run_stage(curate, placed("curate"),
+                               _stage_config(CurateConfig, config.curate, outputs, model=config.model), run_id)
+    outputs["curate"] = runs["curate"].outputs
+    runs["sft"] = run_stage(sft, placed("sft"), _stage_config(SFTConfig, config.sft, outputs, model=config.model,
+                                                              held_out=_sft_held_out(config, outputs)), run_id)
+    outputs["sft"] = runs["sft"].outputs
+    sft_checkpoint = outputs["sft"]["checkpoint"]
+    if config.recurate:
+        runs["recurate"] = run_stage(curate, placed("recurate"), _recurate_config(config, outputs, sft_checkpoint),
+                                     run_id, run_name="recurate")
+    outputs["recurate"] = runs["recurate"].outputs if config.recurate else outputs["curate"]
+    runs["rl"] = run_stage(rl, placed("rl"), _stage_config(RLConfig, config.rl, outputs, model=sft_checkpoint), run_id)
+    outputs["rl"] = runs["rl"].outputs
+    return runs, outputs
+
+
+def _results(config: PipelineConfig, evaluations: dict[str, RunSummary]) -> tuple[dict[str, float], dict[str, float]]:
+    """(the `best_metric` table of base, SFT and RL; the run's metrics from it: the table, RL's
+    k-curve, the claims' and the score errors'), the table logged and published with its intervals."""
+    from prefect.logging import get_run_logger
+
+    from passband.tasks.reporting.prefect_artifacts import publish_markdown, publish_table
+    from passband.training.evaluation.k_curve import k_curve_entries
+    from passband.training.evaluation.results import (pass_at_1_table, results_markdown, score_error_markdown,
+                                                      table_rows)
+
+    statistic = config.best_metric
+    by_label = {label: summary.metrics for label, summary in evaluations.items()}
+    table = pass_at_1_table(by_label, statistic)
+    k_curve = k_curve_entries(evaluations["rl"].metrics)
+    results, claim_metrics = results_markdown(
+        table, statistic, k_curve if config.evaluate.k_curve is not None else None, config.claims)
+    errors, error_metrics = score_error_markdown(by_label)
+    results += f"\n\n{errors}" if errors else ""
+    get_run_logger().info("\n%s", results)
+    publish_markdown(results, f"held-out {statistic} of base, SFT and RL with 95% intervals and deltas")
+    publish_table(table_rows(table, statistic),
+                  f"held-out {statistic} per eval set: base, SFT, RL, deltas against base (95% intervals)")
+    return table, {**table, **{f"rl/{name}": value for name, value in k_curve.items()}, **claim_metrics, **error_metrics}
+
+
+def _register_best(config: PipelineConfig, run: Any, table: dict[str, float], checkpoints: dict[str, str],
+                   runs: dict[str, RunSummary], outputs: dict[str, dict[str, str]]) -> tuple[str, str]:
+    """(the stage whose checkpoint has the best mean `best_metric`, its version in the MLflow model
+    registry), registered with its lineage."""
     from passband.tasks.artifacts.provenance import code_version, config_hash
     from passband.tasks.reporting.registry import register_checkpoint
+    from passband.training.evaluation.results import best_checkpoint, mean_score
 
-    lineage = {"checkpoint_uri": checkpoint, "stage": best, "pipeline_run_id": run.run_id,
+    best = best_checkpoint(table, config.best_metric)
+    lineage = {"checkpoint_uri": checkpoints[best], "stage": best, "pipeline_run_id": run.run_id,
                "config_hash": config_hash(run.resolved), "code_version": code_version(), **_lineage(outputs),
-               "selection_metric": f"mean {config.best_metric} over eval sets", "selection_value": selection_value}
-    return register_checkpoint(config.registered_model, best_run.mlflow_run_id, lineage)
+               "selection_metric": f"mean {config.best_metric} over eval sets",
+               "selection_value": mean_score(table, config.best_metric, best)}
+    return best, register_checkpoint(config.registered_model, runs[best].mlflow_run_id, lineage)
+
+
+def _finish(config: PipelineConfig, run: Any, metrics: dict[str, float], outputs: dict[str, dict[str, str]],
+            best_checkpoint: str, version: str) -> RunSummary:
+    """The run's metrics and tags in MLflow, and its summary: every stage's outputs and the best checkpoint."""
+    from passband.tasks.reporting import tracking
+
+    tracking.log_metrics(metrics, step=0, run_id=run.run_id)
+    tracking.set_tags({"best_checkpoint": best_checkpoint, "registered_model": f"{config.registered_model}/{version}"},
+                      run.run_id)
+    flat_outputs = {f"{stage}.{name}": uri for stage, named in outputs.items() for name, uri in named.items()}
+    return run.finish({**flat_outputs, "best_checkpoint": best_checkpoint}, metrics)
 
 
 @flow(name="pipeline", flow_run_name="pipeline")
@@ -264,60 +331,15 @@ def pipeline(config: PipelineConfig = PipelineConfig(), parent_run_id: str | Non
     """Run every stage in order under one MLflow parent run; end with the pass@1 table."""
     import time
 
-    from prefect.logging import get_run_logger
-
-    from passband.flows.curate.flow import curate
-    from passband.flows.rl.flow import rl
-    from passband.flows.sft import sft
-    from passband.tasks.reporting import tracking
-    from passband.tasks.reporting.prefect_artifacts import publish_markdown, publish_table
     from passband.tasks.stages.stage import stage_run
-    from passband.training.evaluation.k_curve import k_curve_entries
-    from passband.training.evaluation.results import (best_checkpoint, mean_score, pass_at_1_table,
-                                                      results_markdown, score_error_markdown, table_rows)
 
     start = time.perf_counter()
-    statistic = config.best_metric
     with stage_run("pipeline", config, parent_run_id, cache=False) as run:
         config = with_training_seed(config)
-        run_id, placed = run.run_id, config.placement.get
-        runs: dict[str, RunSummary] = {}
-        outputs: dict[str, dict[str, str]] = {}
-        runs["curate"] = run_stage(curate, placed("curate"),
-                                   _stage_config(CurateConfig, config.curate, outputs, model=config.model), run_id)
-        outputs["curate"] = runs["curate"].outputs
-        runs["sft"] = run_stage(sft, placed("sft"), _stage_config(SFTConfig, config.sft, outputs, model=config.model,
-                                                                  held_out=_sft_held_out(config, outputs)), run_id)
-        outputs["sft"] = runs["sft"].outputs
-        sft_checkpoint = outputs["sft"]["checkpoint"]
-        if config.recurate:
-            runs["recurate"] = run_stage(curate, placed("recurate"), _recurate_config(config, outputs, sft_checkpoint),
-                                         run_id, run_name="recurate")
-        outputs["recurate"] = runs["recurate"].outputs if config.recurate else outputs["curate"]
-        runs["rl"] = run_stage(rl, placed("rl"), _stage_config(RLConfig, config.rl, outputs, model=sft_checkpoint),
-                               run_id)
-        outputs["rl"] = runs["rl"].outputs
-
-        checkpoints = {"base": config.model, "sft": sft_checkpoint, "rl": outputs["rl"]["checkpoint"]}
-        evaluations = _evaluate_checkpoints(config, outputs, checkpoints, run_id)
-        table = pass_at_1_table({label: summary.metrics for label, summary in evaluations.items()}, statistic)
-        k_curve = k_curve_entries(evaluations["rl"].metrics)
-        results, claim_metrics = results_markdown(
-            table, statistic, k_curve if config.evaluate.k_curve is not None else None, config.claims)
-        errors, error_metrics = score_error_markdown({label: summary.metrics for label, summary in evaluations.items()})
-        results += f"\n\n{errors}" if errors else ""
-        get_run_logger().info("\n%s", results)
-        publish_markdown(results, f"held-out {statistic} of base, SFT and RL with 95% intervals and deltas")
-        publish_table(table_rows(table, statistic),
-                      f"held-out {statistic} per eval set: base, SFT, RL, deltas against base (95% intervals)")
-
-        best = best_checkpoint(table, statistic)
-        version = _register(config, run, best, checkpoints[best], runs[best], mean_score(table, statistic, best),
-                            outputs)
-        metrics = {**table, **{f"rl/{name}": value for name, value in k_curve.items()}, **claim_metrics, **error_metrics,
-                   "wall_s": time.perf_counter() - start}
-        tracking.log_metrics(metrics, step=0, run_id=run_id)
-        tracking.set_tags({"best_checkpoint": checkpoints[best], "registered_model":
-                           f"{config.registered_model}/{version}"}, run_id)
-        flat_outputs = {f"{stage}.{name}": uri for stage, named in outputs.items() for name, uri in named.items()}
-        return run.finish({**flat_outputs, "best_checkpoint": checkpoints[best]}, metrics)
+        runs, outputs = _train(config, run.run_id)
+        checkpoints = {"base": config.model, "sft": outputs["sft"]["checkpoint"], "rl": outputs["rl"]["checkpoint"]}
+        evaluations = _evaluate_checkpoints(config, outputs, checkpoints, run.run_id)
+        table, metrics = _results(config, evaluations)
+        best, version = _register_best(config, run, table, checkpoints, runs, outputs)
+        metrics["wall_s"] = time.perf_counter() - start
+        return _finish(config, run, metrics, outputs, checkpoints[best], version)
