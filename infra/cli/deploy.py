@@ -4,7 +4,9 @@ The file is a Prefect deployment file plus two keys Prefect ignores (see its hea
 `work_pools` and each deployment's `config_preset`. Registration goes through Prefect's Python API
 (RunnerDeployment) instead of `prefect deploy`, which prompts for anything it finds missing and
 cannot resolve our presets. Every deployment is loaded and its preset resolved before anything is
-written to the server, so a bad entry registers nothing.
+written to the server, so a bad entry registers nothing. An entry or a registered deployment that
+names a flow's entrypoint from before flows/ became packages by flow (`flows/rl.py:rl`, now
+`flows/rl/flow.py:rl`) gets one line saying so: the file's is refused, the server's are listed.
 """
 
 from __future__ import annotations
@@ -17,9 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from passband.flows.config import read_yaml, resolve_config
+from passband.tasks.stages.placement import moved_entrypoint_problem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # infra/cli/deploy.py -> the checkout
 DEFAULT_PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
+
+
+class DeploymentFileError(ValueError):
+    """A deployment file the user can fix: one line naming the entry and what to change."""
 
 
 @dataclass
@@ -46,16 +53,30 @@ def register_deployments(prefect_file: Path | None = None) -> list[str]:
     os.environ.setdefault("PASSBAND_REPO", str(REPO_ROOT))
     from prefect.settings import PREFECT_API_URL
 
-    if not PREFECT_API_URL.value():
-        raise RuntimeError("no Prefect server to register with: start one with `passband up --worker` "
-                           "or set PREFECT_API_URL (see infra/stack.env)")
     path = Path(prefect_file or DEFAULT_PREFECT_FILE).resolve()
     spec = load_deployment_file(path)
     deployments = [resolve_deployment(entry, index) for index, entry in enumerate(spec["deployments"])]
+    if not PREFECT_API_URL.value():
+        raise RuntimeError("no Prefect server to register with: start one with `passband up --worker` "
+                           "or set PREFECT_API_URL (see infra/stack.env)")
     ensure_work_pools(spec.get("work_pools", []), path.parent)
     for deployment in deployments:
         deployment.runner.apply(work_pool_name=deployment.work_pool)
     return [deployment.full_name for deployment in deployments]
+
+
+def stale_deployments() -> list[str]:
+    """One line per deployment on the server that still names a flow's old entrypoint (registered
+    under a name the file does not have, so `passband deploy` did not replace it): its runs would
+    fail to find their flow."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        found = client.read_deployments()
+        flows = {flow.id: flow.name for flow in client.read_flows()}
+    return [problem for deployment in found if (problem := moved_entrypoint_problem(
+                deployment.entrypoint, f"deployment {flows.get(deployment.flow_id)}/{deployment.name}",
+                "register it from a deployment file that names the new one, or delete it"))]
 
 
 def load_deployment_file(path: Path) -> dict[str, Any]:
@@ -64,7 +85,7 @@ def load_deployment_file(path: Path) -> dict[str, Any]:
 
     spec = read_yaml(path)
     if not spec.get("deployments"):
-        raise ValueError(f"{path}: no `deployments` list")
+        raise DeploymentFileError(f"{path}: no `deployments` list")
     return apply_values(spec, dict(os.environ), remove_notset=False)
 
 
@@ -77,7 +98,10 @@ def resolve_deployment(entry: dict[str, Any], index: int) -> Deployment:
     where = f"deployments[{index}] ({entry.get('name')!r}, {entry.get('entrypoint')!r})"
     for key in ("name", "entrypoint", "work_pool"):
         if not entry.get(key):
-            raise ValueError(f"{where}: missing `{key}`")
+            raise DeploymentFileError(f"{where}: missing `{key}`")
+    problem = moved_entrypoint_problem(entry["entrypoint"], where, "write the new one in the deployment file")
+    if problem:
+        raise DeploymentFileError(problem)
     # entrypoints are relative to the repository, wherever `passband deploy` runs from
     flow = load_flow_from_entrypoint(str(REPO_ROOT / entry["entrypoint"]))
     runner = RunnerDeployment.from_flow(
@@ -102,7 +126,7 @@ def preset_parameters(flow: Any, preset: str | None, where: str) -> dict[str, An
     # every passband flow takes `config: <Its>Config`; the annotation names the class to validate
     config_cls = typing.get_type_hints(flow.fn).get("config")
     if config_cls is None:
-        raise ValueError(f"{where}: config_preset set but flow '{flow.name}' has no `config` parameter")
+        raise DeploymentFileError(f"{where}: config_preset set but flow '{flow.name}' has no `config` parameter")
     return {"config": resolve_config(config_cls, flow.name, preset).model_dump(mode="json")}
 
 
@@ -115,18 +139,18 @@ def schedule_from_entry(entry: dict[str, Any], where: str):
         return Cron(entry["cron"], timezone=entry.get("timezone"), active=active)
     if "interval" in entry:
         return Interval(entry["interval"], timezone=entry.get("timezone"), active=active)
-    raise ValueError(f"{where}: schedule {entry} has neither `cron` nor `interval`")
+    raise DeploymentFileError(f"{where}: schedule {entry} has neither `cron` nor `interval`")
 
 
 def working_directory(pull_steps: list[dict[str, Any]], where: str) -> str:
     """The directory of the entry's single set_working_directory pull step (the code's location)."""
     step = "prefect.deployments.steps.set_working_directory"
     if len(pull_steps) != 1 or step not in pull_steps[0]:
-        raise ValueError(f"{where}: `pull` must be one {step} step (the code is on the worker's disk "
+        raise DeploymentFileError(f"{where}: `pull` must be one {step} step (the code is on the worker's disk "
                          f"or in its image), got {pull_steps}")
     directory = pull_steps[0][step]["directory"]
     if "{{" in directory:
-        raise ValueError(f"{where}: pull directory {directory!r} has an unset environment variable")
+        raise DeploymentFileError(f"{where}: pull directory {directory!r} has an unset environment variable")
     return directory
 
 

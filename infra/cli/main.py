@@ -409,10 +409,16 @@ def verify(task_name: str, input_path: Path, output_path: Path, answer_format: s
               help="Deployment file (default: infra/prefect.yaml).")
 def deploy(prefect_file: Path | None) -> None:
     """Register every flow's deployments (infra/prefect.yaml) with the Prefect server."""
-    from passband.cli.deploy import register_deployments
+    from passband.cli.deploy import DeploymentFileError, register_deployments, stale_deployments
 
-    for name in register_deployments(prefect_file):
+    try:
+        registered = register_deployments(prefect_file)
+    except DeploymentFileError as err:
+        raise UserError(str(err)) from err
+    for name in registered:
         click.echo(f"registered {name}")
+    for line in stale_deployments():  # registered before flows/ moved, under names the file does not replace
+        click.echo(line, err=True)
 
 
 if __name__ == "__main__":

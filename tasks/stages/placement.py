@@ -17,6 +17,17 @@ from typing import Any
 from passband.tasks.stages.summary import RunSummary
 
 PERSIST_RESULTS = {"PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true"}
+# The flows' entrypoints before flows/ became packages by flow (issue 65): a deployment registered
+# then, or a deployment file written for it, still names the old path, where no file is any more.
+MOVED_ENTRYPOINTS = {f"flows/{name}.py:{name}": f"flows/{name}/flow.py:{name}"
+                     for name in ("curate", "rl", "evaluate", "pipeline")}
+
+
+def moved_entrypoint_problem(entrypoint: str | None, what: str, fix: str) -> str | None:
+    """One line when `entrypoint` is a flow's old path (`what` names its deployment, `fix` says what to
+    do); None for any other."""
+    moved = MOVED_ENTRYPOINTS.get(entrypoint or "")
+    return None if moved is None else f"{what} names entrypoint {entrypoint}, which moved to {moved}: {fix}"
 
 
 class StageRunFailed(RuntimeError):
@@ -35,6 +46,10 @@ def deployment_on_pool(flow_name: str, pool: str) -> Any:
         names = sorted(f"{flow_name}/{d.name}" for d in found)
         raise ValueError(f"placement: stage flow {flow_name!r} needs exactly one deployment on work pool {pool!r}, "
                          f"found {names or 'none'}; register one (infra/prefect.yaml, `passband deploy`)")
+    problem = moved_entrypoint_problem(found[0].entrypoint, f"placement: deployment {flow_name}/{found[0].name} on "
+                                       f"work pool {pool!r}", "register it again with `passband deploy`")
+    if problem:
+        raise ValueError(problem)
     return found[0]
 
 
