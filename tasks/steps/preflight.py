@@ -28,6 +28,7 @@ from passband.tasks.artifacts.model import MODEL_SETTINGS, local_model_dir
 from passband.training.engines.config import EngineConfig
 from passband.training.episodes.setups import EnvironmentConfig
 from passband.training.model_source import model_code_refusal
+from passband.training.runtime.config import DistributedConfig
 from passband.training.sft.config import StageConfig
 from passband.training.sft.sources import sniff_chat_file
 
@@ -125,6 +126,30 @@ def model_code_refusals(config: BaseModel) -> list[str]:
     return [f"{', '.join(wheres)}: {model_code_refusal(ref, folders[ref])}" for ref, wheres in settings.items()]
 
 
+def mesh_refusals(config: Any, where: str = "") -> Sniff:
+    """Every section whose `distributed.sequence_parallel` does not divide its model's attention heads and KV
+    heads (Ulysses hands each rank heads / sp of each: a problem naming the setting), nested sections included;
+    a model whose shape is not at hand here is a note (its stage checks again when it loads the model)."""
+    from passband.training.model_shapes import model_shape
+
+    if not isinstance(config, BaseModel):
+        return Sniff()
+    looks = []
+    distributed, model = getattr(config, "distributed", None), getattr(config, "model", None)
+    if isinstance(distributed, DistributedConfig) and distributed.sequence_parallel > 1 and isinstance(model, str):
+        setting = f"{where}.distributed.sequence_parallel" if where else "distributed.sequence_parallel"
+        degree, shape = distributed.sequence_parallel, model_shape(model)
+        if isinstance(shape, str):
+            looks.append(Sniff(notes=[f"{setting}: not checked against the model's heads: {shape}"]))
+        elif shape.heads % degree or shape.kv_heads % degree:
+            looks.append(Sniff(problems=[f"{setting}: {degree} does not divide {model}'s {shape.heads} attention heads "
+                                         f"and {shape.kv_heads} KV heads (Ulysses gives each rank heads / "
+                                         f"sequence_parallel of each): pick a common divisor"]))
+    for name in type(config).model_fields:
+        looks.append(mesh_refusals(getattr(config, name), f"{where}.{name}" if where else name))
+    return merge(looks)
+
+
 def preflight(config: BaseModel) -> Sniff:
     """Every source's problems and notes, each prefixed with the setting that names it; only the
     user-code refusal when there is one (reading the rows would import that code)."""
@@ -134,7 +159,7 @@ def preflight(config: BaseModel) -> Sniff:
     models = model_code_refusals(config)
     if models:
         return Sniff(problems=models)
-    looks, seen = [], set()
+    looks, seen = [mesh_refusals(config)], set()
     for where, source in sources_of(config):
         key = source if isinstance(source, str) else (source.path, source.task, tuple(source.column_map.items()),
                                                       source.split)

@@ -20,7 +20,6 @@ import json
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from typing import Any
 import yaml
 
 from passband.tasks.host.processes import terminate_group
-from passband.tasks.steps.sft_torchrun import ranks_env
+from passband.tasks.steps.trainer_nodes import announced, rank_failure, ranks_env, torchrun_command
 from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.launch import RanksConfig, batch_request, write_request
@@ -83,8 +82,10 @@ class RanksTrainer:
             if line.startswith("{"):
                 return json.loads(line)
         self.ranks.wait()
+        failed = rank_failure((self.work_dir / "ranks.stderr").read_text())
         raise RuntimeError(f"torchrun --nproc_per_node {self.nproc_per_node} for the rl trainer exited with code "
-                           f"{self.ranks.returncode} awaiting {awaited}; the ranks' stderr ends:\n{self._stderr()}")
+                           f"{self.ranks.returncode} awaiting {awaited}{': ' + failed if failed else ''}; the ranks' "
+                           f"stderr ends:\n{self._stderr()}")
 
     def _next_line(self, awaited: str, deadline: float | None) -> str | None:
         try:
@@ -178,14 +179,13 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     config = RanksConfig(model=model_dir, resume_from=resume_dir, algo=algo, work_dir=work_dir,
                          engine_dtype=engine.resolved_dtype(), lm_head_fp32=engine.lm_head_fp32, keep_versions=keep_versions,
                          trust_remote_code=engine.trust_remote_code,
-                         collective_timeout_s=distributed.collective_timeout_s)
+                         collective_timeout_s=distributed.collective_timeout_s, mesh=distributed.mesh)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "ranks.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
     env = ranks_env(nproc_per_node)
     if engine.weight_transfer == "nccl":  # the flow's engine keeps the first GPU; the ranks take the next ones
         env["CUDA_VISIBLE_DEVICES"] = ranks_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), nproc_per_node)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc_per_node),
-               "-m", "passband.training.rl.launch", str(work_dir / "ranks.yaml")]
+    command = torchrun_command(distributed, "passband.training.rl.launch", work_dir / "ranks.yaml")
     state = RLState(consumed={name: 0 for name in tasks})
     if resume_dir is not None:
         state = RLState.from_json(read_trainer_state(resume_dir))
@@ -197,13 +197,14 @@ def trainer_ranks(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_
     reader.start()
     trainer = RanksTrainer(load_tokenizer(model_dir, engine.trust_remote_code), resume_dir or model_dir, state, work_dir, ranks, distributed,
                            lines, by_broadcast=engine.weight_transfer == "nccl")
-    try:
-        # Unbounded: loading a large model may take longer than any one update; a rank that hangs
-        # while starting fails the others' first collective, and one that dies ends torchrun.
-        if trainer._read("the ranks' ready line", bounded=False) != {"ready": True}:
-            raise RuntimeError("the rl trainer ranks did not start with a ready line")
-        yield trainer
-        trainer.close()
+    try:  # the other nodes (if any) join these ranks while they are announced
+        with announced(distributed, "passband.training.rl.launch", work_dir / "ranks.yaml"):
+            # Unbounded: loading a large model may take longer than any one update; a rank that hangs
+            # while starting fails the others' first collective, and one that dies ends torchrun.
+            if trainer._read("the ranks' ready line", bounded=False) != {"ready": True}:
+                raise RuntimeError("the rl trainer ranks did not start with a ready line")
+            yield trainer
+            trainer.close()
     finally:
         if ranks.poll() is None:
             terminate_group(ranks.pid)

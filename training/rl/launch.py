@@ -2,6 +2,8 @@
 
     torchrun --standalone --nproc_per_node 8 -m passband.training.rl.launch ranks.yaml   # FSDP2, 8 ranks
     python -m passband.training.rl.launch ranks.yaml                                     # one process
+    torchrun --nnodes 2 --node_rank I --rdzv_backend static --rdzv_endpoint node0:29400 \
+        --nproc_per_node 8 -m passband.training.rl.launch ranks.yaml        # on node I of 2, `mesh` set
 
 The file holds a `RanksConfig`. The ranks open the trainer once (the policy, and the reference when
 KL is on, sharded by FSDP2: training/rl/ranks.py), then serve requests the flow writes, in order,
@@ -46,8 +48,9 @@ from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.ranks import shard_policy, unwrap
 from passband.training.rl.trainer import RLState, RLTrainer, load_policy, load_reference, release_for_engine
-from passband.training.runtime.distributed import (close_process_group, open_process_group, rank, reshard_units,
-                                                   world_size)
+from passband.training.runtime.distributed import (close_process_group, failure_line, open_process_group, rank,
+                                                   reshard_units, world_size)
+from passband.training.runtime.mesh import MeshShape
 
 
 class RanksConfig(BaseModel):
@@ -75,6 +78,9 @@ class RanksConfig(BaseModel):
     """How often a rank looks for the next request."""
     collective_timeout_s: float = Field(600.0, gt=0)
     """Seconds one collective may wait on the other ranks (the flow's `distributed.collective_timeout_s`)."""
+    mesh: MeshShape | None = None
+    """The trainer mesh's degrees (the flow's `distributed.mesh`); their product must be torchrun's world size.
+    None: one flat shard dimension over every rank (FSDP)."""
 
 
 def request_path(work_dir: Path, number: int) -> Path:
@@ -110,7 +116,7 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     from passband.training.runtime.device import resolve_device
     from passband.training.runtime.precision import resolve_precision
 
-    open_process_group(config.collective_timeout_s)
+    open_process_group(config.collective_timeout_s, config.mesh)
     weights_dir = config.resume_from or config.model
     device = resolve_device(config.algo.device)  # this rank's GPU under CUDA
     precision = resolve_precision(config.algo.precision, device)  # bf16: the layers' FSDP2 mixed precision
@@ -238,9 +244,8 @@ def answered(trainer: RLTrainer, config: RanksConfig, request: dict[str, Any], n
         if world_size() > 1:
             torch.distributed.barrier()
     except RuntimeError as error:  # torch.distributed's errors among them (DistError is one)
-        raise RuntimeError(f"rank {rank()} of {world_size()}: request {number} ({request['kind']}) failed: "
-                           f"{type(error).__name__}: {error} (a collective raises after collective_timeout_s = "
-                           f"{config.collective_timeout_s:g} s, or at once, when another rank hung or died)") from error
+        raise RuntimeError(failure_line(f"request {number} ({request['kind']})", error,
+                                        config.collective_timeout_s)) from error
     return reply
 
 

@@ -1,15 +1,23 @@
-"""FSDP2 under torchrun; a no-op in a single process.
+"""FSDP2 under torchrun, on the trainer mesh (training/runtime/mesh.py); a no-op in a single process.
 
 Launch (one node, 8 GPUs; the config file is described in training/sft/launch.py):
     torchrun --standalone --nproc_per_node 8 -m passband.training.sft.launch stage.yaml
-torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; with WORLD_SIZE == 1 (or unset) nothing here runs.
+Several nodes: the same on each node i of N, with the rendezvous at node 0's host:port
+(tasks/steps/trainer_nodes.py: torchrun_command builds it from `DistributedConfig`):
+    torchrun --nnodes N --node_rank i --rdzv_backend static --rdzv_endpoint host:port --nproc_per_node 8 ...
+torchrun sets WORLD_SIZE/RANK/LOCAL_RANK/GROUP_RANK; with WORLD_SIZE == 1 (or unset) nothing here runs.
+
+The mesh: `open_process_group` takes the mesh's degrees (replicate x shard x sequence_parallel; by default
+one flat shard dimension over every rank, FSDP as before) and `trainer_mesh` builds it once per device type.
+With replicate > 1 fully_shard gets a 2-D mesh (HSDP): sharded within a replica, replicated across.
 
 What is sharded: every decoder layer is its own FSDP unit (all-gathered just before it runs,
 freed after), then the root `PackedLMLoss` wrapper, so the embeddings, final norm and the tied
 head are gathered for the whole forward *including the chunked loss*, whose head weight is used
 outside the decoder. That is why the loop calls the wrapper and never `lm.base_model` directly.
 
-One optimizer step under N ranks: every rank samples the same step (same seed, same sampler
+One optimizer step under N data-parallel ranks (replicate x shard; the ranks of one sequence-parallel
+group count as one, `mesh.data_parallel_ranks`): every rank samples the same step (same seed, same sampler
 state) and packs it into the same micro-batches as one process would; rank r runs micro-batches
 r, r+N, r+2N, ... (`rank_micro_batches`). Ranks left one short run a copy of the last micro-batch
 with weight 0: FSDP's all-gathers and reduce-scatters are collectives, so every rank must run
@@ -33,9 +41,18 @@ process; NCCL on GPUs is the same code with the backend torch picks for CUDA ten
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from passband.training.runtime.mesh import MeshShape
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+_OPEN: dict[str, Any] = {"shape": None, "collective_timeout_s": 600.0, "meshes": {}}
+"""This process's trainer mesh: the degrees `open_process_group` was given and the meshes built from them (one
+per device type). Process state, like torch's own default process group: every rank opens one group and one mesh."""
 
 
 def world_size() -> int:
@@ -46,17 +63,52 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def open_process_group(collective_timeout_s: float) -> None:
+def node_rank() -> int:
+    """This rank's node, 0 .. nnodes - 1 (torchrun's GROUP_RANK; 0 in one process)."""
+    return int(os.environ.get("GROUP_RANK", "0"))
+
+
+def where() -> str:
+    """`node N rank R of W`: how an error names the rank it happened on."""
+    return f"node {node_rank()} rank {rank()} of {world_size()}"
+
+
+def failure_line(what: str, error: BaseException, collective_timeout_s: float) -> str:
+    """One line naming the node and rank `error` happened on: what a rank that noticed a dead or hung peer
+    says (the flow's launchers find it in the ranks' stderr: tasks/steps/trainer_nodes.py, rank_failure)."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return (f"{where()}: {what} failed: {type(error).__name__}: {first} (a collective raises after "
+            f"collective_timeout_s = {collective_timeout_s:g} s, or at once, when another rank hung or died)")
+
+
+def open_process_group(collective_timeout_s: float, mesh: MeshShape | None = None) -> None:
     """This rank's process group (gloo on CPU, nccl on CUDA: torch's default for the device), every
     collective bounded by `collective_timeout_s`: a rank that hangs or dies makes the others' next
     collective raise within it, rather than wait forever. Under torchrun the rank dies with it
-    (`die_with_torchrun`). A no-op in one process or once open."""
+    (`die_with_torchrun`). A no-op in one process or once open. `mesh`: the trainer mesh's degrees
+    (`trainer_mesh` builds it); None, one flat shard dimension over every rank."""
     from datetime import timedelta
 
     if "LOCAL_RANK" in os.environ:
         die_with_torchrun()
+    _OPEN.update(shape=mesh, collective_timeout_s=collective_timeout_s)
     if world_size() > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group(timeout=timedelta(seconds=collective_timeout_s))
+
+
+def trainer_mesh(device_type: str) -> DeviceMesh | None:
+    """This process's trainer mesh on `device_type` ("cpu", "cuda": the trainer's device), built on first use
+    from the degrees `open_process_group` got (training/runtime/mesh.py); None when no process group is open
+    (one process). What a feature asks for its group: `mesh.sequence_parallel_group(trainer_mesh(...))`.
+    A collective the first time: every rank calls it."""
+    from passband.training.runtime.mesh import build_mesh
+
+    if not torch.distributed.is_initialized():
+        return None
+    if device_type not in _OPEN["meshes"]:
+        shape = _OPEN["shape"] or MeshShape(shard=torch.distributed.get_world_size())
+        _OPEN["meshes"][device_type] = build_mesh(shape, device_type, _OPEN["collective_timeout_s"])
+    return _OPEN["meshes"][device_type]
 
 
 def die_with_torchrun() -> None:
@@ -91,8 +143,11 @@ def reshard_units(model: torch.nn.Module) -> None:
             unit.reshard()
 
 
-def shard_for_training(loss_module: torch.nn.Module, device: torch.device, precision: str = "fp32") -> torch.nn.Module:
+def shard_for_training(loss_module: torch.nn.Module, device: torch.device, precision: str = "fp32",
+                       mesh: DeviceMesh | None = None) -> torch.nn.Module:
     """Wrap a `PackedLMLoss` with fully_shard when WORLD_SIZE > 1; return it unchanged otherwise.
+    `mesh`: the trainer mesh (None: this process's, `trainer_mesh`); parameters are sharded over its
+    `fsdp_mesh` (shard x sp merged; HSDP, replicated across `replicate`, when that is above 1).
 
     fully_shard moves the parameters to `device` (the trainer's `resolve_device`: cuda:LOCAL_RANK
     when it is CUDA). A model built on `meta` (training/runtime/meta_init.py) stays there, sharded, until
@@ -107,18 +162,21 @@ def shard_for_training(loss_module: torch.nn.Module, device: torch.device, preci
     """
     if world_size() == 1:
         return loss_module
-    return shard_units(loss_module, device, precision)
+    return shard_units(loss_module, device, precision, mesh)
 
 
-def shard_units(loss_module: torch.nn.Module, device: torch.device, precision: str = "fp32") -> torch.nn.Module:
-    """`shard_for_training`'s sharding itself, over every rank of the open process group, a group of
-    one included: the GPU check runs a step on one FSDP2 rank this way (scripts/gpu_check_trainers.py)."""
-    from torch.distributed.device_mesh import init_device_mesh
+def shard_units(loss_module: torch.nn.Module, device: torch.device, precision: str = "fp32",
+                mesh: DeviceMesh | None = None) -> torch.nn.Module:
+    """`shard_for_training`'s sharding itself, over the trainer mesh of the open process group (`mesh`, else
+    `trainer_mesh`), a group of one included: the GPU check runs a step on one FSDP2 rank this way
+    (scripts/gpu_check_trainers.py)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from passband.training.runtime.mesh import fsdp_mesh
 
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    mesh = fsdp_mesh(mesh or trainer_mesh(device.type))
     layers = list(loss_module.lm.base_model.layers)
     layer_policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
                     if precision == "bf16_autocast" else MixedPrecisionPolicy())
@@ -128,8 +186,10 @@ def shard_units(loss_module: torch.nn.Module, device: torch.device, precision: s
     units = [*layers, loss_module]
     for unit in units:
         # Each rank's loss is already divided by the whole step's token count, so the ranks'
-        # gradients add up to the step's gradient: sum them (FSDP averages by default). Forcing
-        # plain SUM collectives also keeps gloo working (a custom divide factor needs PREMUL_SUM).
+        # gradients add up to the step's gradient: sum them (FSDP averages by default), within a
+        # replica (reduce-scatter over shard x sp: an SP rank's gradient is its tokens' share) and
+        # across replicas (HSDP's all-reduce: a replica's gradient is its micro-batches' share).
+        # Forcing plain SUM collectives also keeps gloo working (a custom divide factor needs PREMUL_SUM).
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)
     return loss_module
@@ -189,6 +249,7 @@ def close_process_group() -> None:
     if torch.distributed.is_initialized():
         import gc
 
+        _OPEN["meshes"].clear()  # the meshes hold their sub-groups
         gc.collect()
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

@@ -2,6 +2,8 @@
 
     torchrun --standalone --nproc_per_node 8 -m passband.training.sft.launch stage.yaml   # FSDP2, 8 ranks
     python -m passband.training.sft.launch stage.yaml                                     # one process
+    torchrun --nnodes 2 --node_rank I --rdzv_backend static --rdzv_endpoint node0:29400 \
+        --nproc_per_node 8 -m passband.training.sft.launch stage.yaml        # on node I of 2, `mesh` set
 
 The file holds a `LaunchConfig`, e.g.
     model: /data/ckpt/format          # local checkpoint dir (safetensors + tokenizer)
@@ -34,7 +36,9 @@ from passband.training.runtime.meta_init import empty_causal_lm
 from passband.training.model_source import load_causal_lm, load_tokenizer
 from passband.training.sft.config import StageConfig
 from passband.training.sft.data import encode_rows, mix_stage_rows
-from passband.training.runtime.distributed import close_process_group, open_process_group, rank, world_size
+from passband.training.runtime.distributed import (close_process_group, failure_line, open_process_group, rank,
+                                                   world_size)
+from passband.training.runtime.mesh import MeshShape
 from passband.training.sft.loop import CheckpointCallback, MetricsCallback, TrainResult, train_stage
 from passband.training.sft.packing import SFTExample
 from passband.training.sft.sources import read_chat_rows
@@ -58,6 +62,9 @@ class LaunchConfig(BaseModel):
     `stage.datasets`: the flow reads, mixes and decontaminates its data once and hands every rank the same."""
     collective_timeout_s: float = Field(600.0, gt=0)
     """Seconds one collective may wait on the other ranks (the flow's `distributed.collective_timeout_s`)."""
+    mesh: MeshShape | None = None
+    """The trainer mesh's degrees (the flow's `distributed.mesh`); their product must be torchrun's world size.
+    None: one flat shard dimension over every rank (FSDP)."""
     trust_remote_code: bool = False
     """Run the model's own code on every rank (the flow's `engine.trust_remote_code`)."""
 
@@ -106,7 +113,7 @@ def run(config: LaunchConfig, on_metrics: MetricsCallback | None = print_metrics
     trust = config.trust_remote_code
     model = (load_causal_lm(config.model, trust_remote_code=trust) if world_size() == 1
              else empty_causal_lm(config.model, trust))
-    open_process_group(config.collective_timeout_s)  # before the loop shards the model: its collectives are bounded
+    open_process_group(config.collective_timeout_s, config.mesh)  # before the loop shards: its collectives are bounded
     return train_stage(model, tokenizer, examples, config.stage, config.out_dir,
                        resume_from=config.resume_from, on_metrics=on_metrics, on_checkpoint=on_checkpoint,
                        start_weights=config.model)
@@ -116,7 +123,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m passband.training.sft.launch", description=__doc__.split("\n")[0])
     parser.add_argument("config", type=Path, help="YAML file holding a LaunchConfig")
     args = parser.parse_args(argv)
-    result = run(LaunchConfig.model_validate(yaml.safe_load(args.config.read_text())))
+    config = LaunchConfig.model_validate(yaml.safe_load(args.config.read_text()))
+    try:
+        result = run(config)
+    except RuntimeError as error:  # torch.distributed's errors among them (DistError is one)
+        if world_size() == 1:
+            raise
+        raise RuntimeError(failure_line(f"SFT stage {config.stage.name!r}", error, config.collective_timeout_s)) from error
     if rank() == 0:
         print(json.dumps({"checkpoint": str(result.last_checkpoint), "num_steps": result.num_steps}), flush=True)
     close_process_group()
