@@ -8,7 +8,7 @@ from __future__ import annotations
 from episode_fixtures import ScriptedPolicy
 from passband.curation.catalog.code import CODE
 from passband.flows.rl.config import RLConfig
-from passband.flows.rl.rollouts import _episode_samples
+from passband.tasks.rollouts.collect import _episode_samples
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.code_feedback import (CodeFeedbackConfig, CodeFeedbackEnvironment,
                                                       CodeFeedbackSettings)
@@ -51,7 +51,7 @@ def test_code_rows_roll_out_as_feedback_episodes():
     turns = [list(WRONG.encode()) + [IM_END], list(RIGHT.encode()) + [IM_END]]
     policy = ScriptedPolicy({}, default=turns)
     config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), code_feedback=CodeFeedbackConfig())
-    samples, counts = _episode_samples(config, tokenizer, policy, [ROW], ["unused"], config.sampling)
+    samples, counts = _episode_samples(config.rollout_settings(), tokenizer, policy, [ROW], ["unused"], config.sampling)
     assert {name: counts[name] for name in ("code/num_episodes", "code/num_turns", "code/num_tool_calls")} == \
         {"code/num_episodes": 2.0, "code/num_turns": 4.0, "code/num_tool_calls": 0.0}
     assert [s.text for s in samples[0]] == [RIGHT, RIGHT]
@@ -86,12 +86,12 @@ def test_episode_rollouts_in_flight_survive_a_checkpoint():
     and trained on after a resume: episode rollouts come back whole, the loss mask on the sampled turns included."""
     import json
 
-    from passband.flows.rl.rollouts import Rollouts, ScoredGroup
+    from passband.tasks.rollouts.collect import Rollouts, ScoredGroup
 
     tokenizer = tiny_tokenizer()
     policy = ScriptedPolicy({}, default=[list(WRONG.encode()) + [IM_END], list(RIGHT.encode()) + [IM_END]])
     config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), code_feedback=CodeFeedbackConfig())
-    samples, counts = _episode_samples(config, tokenizer, policy, [ROW], ["unused"], config.sampling)
+    samples, counts = _episode_samples(config.rollout_settings(), tokenizer, policy, [ROW], ["unused"], config.sampling)
     batch = build_rollout_batch(samples, [[1.0, 1.0]], [[True, True]], ["code"])
     rollouts = Rollouts([ScoredGroup(ROW, samples[0], [1.0, 1.0], [True, True], [1.0, 1.0], ["pass", "pass"], ["", ""])],
                         batch, {"code": 1}, counts, 3, [])

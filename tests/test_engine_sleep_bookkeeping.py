@@ -32,7 +32,7 @@ class RecordingEngine:
 
 def test_the_engine_sleeps_through_the_update_and_wakes_for_the_sync(monkeypatch, tmp_path: Path) -> None:
     calls: list[str] = []
-    monkeypatch.setattr("passband.flows.rl.rollouts.collect_rollouts",
+    monkeypatch.setattr("passband.tasks.rollouts.collect.collect_rollouts",
                         lambda *args, **kwargs: calls.append("rollouts") or "the batch")
     monkeypatch.setattr("passband.tasks.steps.rl.push_weights", lambda *args, **kwargs: calls.append("push_weights"))
     monkeypatch.setattr("passband.tasks.steps.rl.release_for_engine", lambda trainer: calls.append("release"))

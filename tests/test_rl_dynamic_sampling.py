@@ -1,4 +1,4 @@
-"""Dynamic sampling (training/rl/batches/dynamic_sampling.py, flows/rl/rollouts.py): the pool's bookkeeping
+"""Dynamic sampling (training/rl/batches/dynamic_sampling.py, tasks/rollouts/collect.py): the pool's bookkeeping
 by hand, then the rl flow on test_flow_rl.py's tiny digit model (it answers "1" or "2" about half
 each, so some groups of 4 agree and carry no signal)."""
 

@@ -1,4 +1,4 @@
-"""Bounded staleness (rollout.max_off_policy_steps, training/rl/batches/staleness.py, flows/rl/ahead.py).
+"""Bounded staleness (rollout.max_off_policy_steps, training/rl/batches/staleness.py, tasks/rollouts/ahead.py).
 
 1. The schedule of weight versions, by hand.
 2. The rl flow at k=1 on the tiny digit model (fp32 hf engine and fp32 trainer, so the engine and
@@ -129,8 +129,8 @@ def _same_weights(first_run, second_run) -> bool:
 def test_in_flight_rollouts_round_trip_and_resume_checks():
     from concurrent.futures import Future
 
-    from passband.flows.rl.ahead import RolloutsAhead
-    from passband.flows.rl.rollouts import Rollouts, ScoredGroup
+    from passband.tasks.rollouts.ahead import RolloutsAhead
+    from passband.tasks.rollouts.collect import Rollouts, ScoredGroup
     from passband.training.engines.protocol import Sample
     from passband.training.rl.batches.batching import RolloutBatch
     from passband.training.rl.monitoring.timeline import Span
@@ -147,8 +147,7 @@ def test_in_flight_rollouts_round_trip_and_resume_checks():
     assert back.consumed == {"math": 3} and back.judged == []
 
     def ahead(resumed_at, k):
-        return RolloutsAhead(RLConfig(rollout=RolloutConfig(max_off_policy_steps=k)), None, None, {}, {}, resumed_at,
-                             10, {"math": 0})
+        return RolloutsAhead(RLConfig().rollout_settings(), k, None, None, {}, {}, resumed_at, 10, {"math": 0})
 
     queued = ahead(5, 2)
     queued.resume([{"iteration": 6, **rollouts.to_json()}, {"iteration": 7, **rollouts.to_json()}])

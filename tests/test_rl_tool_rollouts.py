@@ -10,7 +10,7 @@ import json
 from episode_fixtures import ScriptedPolicy
 from passband.flows.rl.config import RLConfig
 from passband.curation.catalog.math import MATH
-from passband.flows.rl.rollouts import _episode_samples
+from passband.tasks.rollouts.collect import _episode_samples
 from passband.training.rl.batches.batching import build_rollout_batch
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.math_python import MathPythonSettings, MathToolConfig
@@ -28,7 +28,7 @@ def test_math_rows_roll_out_as_tool_episodes():
     policy = ScriptedPolicy({}, default=turns)
     roomy = MathPythonSettings(tool=PythonToolSettings(wall_timeout_s=30.0))  # a loaded box may start Python slowly
     config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=200), math_tool=MathToolConfig(environment=roomy))
-    samples, counts = _episode_samples(config, tokenizer, policy, ROWS, ["unused"] * 2, config.sampling)
+    samples, counts = _episode_samples(config.rollout_settings(), tokenizer, policy, ROWS, ["unused"] * 2, config.sampling)
     assert {name: counts[name] for name in ("math/num_episodes", "math/num_turns", "math/num_tool_calls")} == \
         {"math/num_episodes": 4.0, "math/num_turns": 8.0, "math/num_tool_calls": 4.0}
     assert counts["episode_env_seconds"] > 0

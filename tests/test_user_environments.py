@@ -11,7 +11,7 @@ from episode_fixtures import ScriptedPolicy
 from passband.flows.curate.config import CurateConfig
 from passband.flows.evaluate.flow import EvaluateConfig
 from passband.flows.rl.config import RLConfig
-from passband.flows.rl.rollouts import _episode_samples
+from passband.tasks.rollouts.collect import _episode_samples
 from passband.tasks.sampling.passrate_job import ShardSampling
 from passband.training.engines.config import SamplingConfig
 from passband.training.episodes.setups import environment_source_version, load_environment
@@ -27,7 +27,7 @@ def test_a_tasks_rows_run_as_the_users_episodes(monkeypatch):
     monkeypatch.setenv("PASSBAND_ALLOW_USER_CODE", "1")
     turns = [list(b"6") + [IM_END], list(b"7") + [IM_END]]
     config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=16), environments=ENV)
-    samples, counts = _episode_samples(config, tiny_tokenizer(), ScriptedPolicy({}, default=turns), [ROW], ["unused"],
+    samples, counts = _episode_samples(config.rollout_settings(), tiny_tokenizer(), ScriptedPolicy({}, default=turns), [ROW], ["unused"],
                                        config.sampling)
     assert [s.text for s in samples[0]] == ["7", "7"]
     assert (counts["math/num_episodes"], counts["math/num_turns"]) == (2.0, 4.0)
@@ -42,7 +42,7 @@ def test_user_environments_need_the_opt_in(monkeypatch):
     monkeypatch.delenv("PASSBAND_ALLOW_USER_CODE", raising=False)
     config = RLConfig(sampling=SamplingConfig(n=2, max_tokens=16), environments=ENV)
     with pytest.raises(ValueError, match="PASSBAND_ALLOW_USER_CODE=1"):
-        _episode_samples(config, tiny_tokenizer(), ScriptedPolicy({}), [ROW], ["unused"], config.sampling)
+        _episode_samples(config.rollout_settings(), tiny_tokenizer(), ScriptedPolicy({}), [ROW], ["unused"], config.sampling)
 
 
 def test_environment_settings_are_checked_before_a_run(monkeypatch):

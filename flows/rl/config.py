@@ -12,6 +12,7 @@ from passband.curation.catalog import TASKS, TaskName, VerifierSettings
 from passband.flows.common_config import EngineConfig, ProblemSource, SamplingConfig
 from passband.flows.config import Config
 from passband.flows.evaluate.config import EvalConfig, check_answer_format
+from passband.tasks.rollouts.settings import RolloutSettings
 from passband.tasks.sampling.dispatch import RolloutWorkersConfig
 from passband.training.episodes.code_feedback import CodeFeedbackConfig
 from passband.training.episodes.math_python import MathToolConfig
@@ -128,7 +129,7 @@ class RolloutConfig(RolloutWorkersConfig):
 
     max_off_policy_steps: int = Field(0, ge=0)
     """k: sample iteration i's rollouts with the weights of k updates ago (v<i-1-k>), on a thread
-    that keeps them coming while the trainer updates (flows/rl/ahead.py; training/rl/batches/staleness.py).
+    that keeps them coming while the trainer updates (tasks/rollouts/ahead.py; training/rl/batches/staleness.py).
     0: the synchronous loop (sample, train, sync), same numbers as before the setting existed.
     The trainer recomputes pi_old, and the mismatch correction (`algo.correction`) sees the
     staleness in rho; the engine keeps its weights while the trainer runs
@@ -312,3 +313,12 @@ class RLConfig(Config):
     def weights(self) -> dict[str, float]:
         """Every task's weight (1 where task_weights does not name it)."""
         return {task: self.task_weights.get(task, 1.0) for task in sorted(self.datasets)}
+
+    def rollout_settings(self) -> RolloutSettings:
+        """What the rollout code below the flow reads of this config (tasks/rollouts/settings.py)."""
+        return RolloutSettings(
+            seed=self.seed, task_weights=self.weights(), prompts_per_step=self.prompts_per_step,
+            system_prompt=self.system_prompt, sampling=self.sampling, verifiers=self.reward.verifiers,
+            math_tool=self.math_tool, code_feedback=self.code_feedback, environments=self.environments,
+            dynamic_sampling=self.dynamic_sampling, overlong=self.reward.overlong_shaping(self.datasets),
+            mask_truncated=self.reward.mask_truncated, invalid_reward=self.reward.invalid_reward)

@@ -146,19 +146,20 @@ def _trainer(config: RLConfig, run_key: str, model_dir: str, problems: dict[str,
 def _rollouts_ahead(config: RLConfig, trainer: PolicyTrainer, engine: Any, problems: dict[str, list[dict]],
                     judges: dict) -> Iterator[Any]:
     """With rollout.max_off_policy_steps >= 1, the thread that samples ahead of the trainer
-    (flows/rl/ahead.py), the start weights published as their version for it (by the torchrun
+    (tasks/rollouts/ahead.py), the start weights published as their version for it (by the torchrun
     ranks, under their root, when they train) and the resumed checkpoint's in-flight rollouts
     queued; else None."""
     if not config.rollout.max_off_policy_steps:
         yield None
         return
-    from passband.flows.rl.ahead import RolloutsAhead, VersionedEngine
+    from passband.tasks.rollouts.ahead import RolloutsAhead, VersionedEngine
 
     # the engine holds the start weights; an evaluation may load them again after a newer version
     state = trainer.state
     trainer.publish(state.iteration)
-    ahead = RolloutsAhead(config, trainer.tokenizer, VersionedEngine(engine, trainer.weights_root, state.iteration),
-                          problems, judges, state.iteration, config.num_iterations, dict(state.consumed))
+    ahead = RolloutsAhead(config.rollout_settings(), config.rollout.max_off_policy_steps, trainer.tokenizer,
+                          VersionedEngine(engine, trainer.weights_root, state.iteration), problems, judges,
+                          state.iteration, config.num_iterations, dict(state.consumed))
     ahead.resume(state.in_flight)  # what the checkpoint sampled ahead is trained on, not sampled anew
     state.in_flight = []
     try:

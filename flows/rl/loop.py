@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from passband.flows.rl.config import DriftConfig, EarlyStopConfig, RLConfig
-from passband.flows.rl.rollouts import iteration_seed
+from passband.tasks.rollouts.settings import iteration_seed
 from passband.training.rl.schedule import RLSchedule
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs, so `passband config rl` loads no torch
-    from passband.flows.rl.ahead import RolloutsAhead
-    from passband.flows.rl.rollouts import Rollouts
+    from passband.tasks.rollouts.ahead import RolloutsAhead
+    from passband.tasks.rollouts.collect import Rollouts
     from passband.training.engines import RolloutEngine
     from passband.training.rl.monitoring.timeline import Span
     from passband.training.rl.trainer import PolicyTrainer, RLState
@@ -53,7 +53,7 @@ def run_iteration(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngin
     batch = rollouts.batch
     with peaks.phase("training"):
         train_start = time.time()
-        metrics = trainer.update(batch, iteration_seed(config, iteration), iteration)
+        metrics = trainer.update(batch, iteration_seed(config.seed, iteration), iteration)
         train_end = time.time()
     with peaks.phase("weight_sync"):
         sync, published = _sync_weights(config, trainer, engine, iteration, ahead)
@@ -100,13 +100,13 @@ def _take_rollouts(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngi
     """The iteration's rollouts: from the thread ahead, or sampled now by the engine, which then
     drops its packed weights until the sync rebuilds them (they would only sit beside the trainer)
     and, with sleep mode on (CUDA), sleeps until the sync: the update has the GPU to itself."""
-    from passband.flows.rl.rollouts import collect_rollouts
+    from passband.tasks.rollouts.collect import collect_rollouts
 
     if ahead is not None:
         return ahead.take(iteration)
     # the engine holds the weights the trainer starts from: v<iteration - 1>
-    rollouts = collect_rollouts(config, trainer.tokenizer, engine, problems, trainer.state.consumed, iteration,
-                                iteration_seed(config, iteration), iteration - 1, judges)
+    rollouts = collect_rollouts(config.rollout_settings(), trainer.tokenizer, engine, problems, trainer.state.consumed,
+                                iteration, iteration_seed(config.seed, iteration), iteration - 1, judges)
     engine.release_weights()
     engine.sleep()
     return rollouts
@@ -178,7 +178,7 @@ class Evaluator:
         return metrics
 
     def _headline(self, label: str, step: int, state: RLState) -> dict[str, float]:
-        from passband.flows.rl.ahead import VersionedEngine
+        from passband.tasks.rollouts.ahead import VersionedEngine
         from passband.tasks.steps.evaluation import log_evaluation, run_evaluation
         from passband.training.episodes.setups import episode_setups
         from passband.training.rl.monitoring.timeline import Span
@@ -257,7 +257,8 @@ class RolloutLog:
                                   self.config.algo.eps)
         uri, size = keep_rollouts(records, self.run_key, iteration, self.resolved)
         tracking.set_tags({ROLLOUTS_TAG: uri}, self.run_id)
-        sample = iteration_sample(records, self.config.keep_rollouts.num_random, iteration_seed(self.config, iteration))
+        sample = iteration_sample(records, self.config.keep_rollouts.num_random,
+                                  iteration_seed(self.config.seed, iteration))
         publish_markdown(sample_markdown(iteration, sample), f"rl: rollouts of iteration {iteration} (a sample)")
         return {"seconds/keep_rollouts": time.perf_counter() - start, "keep_rollouts/bytes": float(size)}
 

@@ -1,6 +1,8 @@
 """One iteration's scored rollouts: draw prompts from the seeded cursor, sample, verify, batch;
 with dynamic sampling (training/rl/batches/dynamic_sampling.py), in rounds until the batch holds
-`prompts_per_step` groups whose rewards differ.
+`prompts_per_step` groups whose rewards differ. It reads the RL flow's settings through
+`RolloutSettings` (settings.py); the flow calls it each iteration, or `RolloutsAhead` (ahead.py) does
+on its thread.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from passband.flows.rl.config import RLConfig
+from passband.tasks.rollouts.settings import RolloutSettings
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
     from passband.training.engines import RolloutEngine, Sample, SamplingConfig
@@ -76,36 +78,28 @@ class Rollouts:
         return _seconds(self.spans, "scoring")
 
 
-def iteration_seed(config: RLConfig, iteration: int) -> int:
-    """The seed of iteration `iteration`'s rollouts and Clip-Cov choice: by the iteration, not the
-    engine's history, so a resumed run draws what the uninterrupted one drew there."""
-    return config.seed * 1_000_003 + iteration
-
-
-def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
+def _sample_round(settings: RolloutSettings, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
                   consumed: dict[str, int], num_prompts: int, seed: int,
                   judges: dict[str, Any]) -> tuple[list[ScoredGroup], dict, dict, list[Span], list[dict]]:
     """(groups, cursor after, status counts, the rollout and scoring spans, judge records) of one
     round of `num_prompts`."""
-    import time
-
     from passband.tasks.steps.rl import score_rollouts
     from passband.training.chat import render_prompt
     from passband.training.rl.batches.prompt_cursor import draw_prompts
     from passband.training.rl.monitoring.timeline import Span
 
-    weights = {task: weight for task, weight in config.weights().items() if task in problems}  # empty sets left out
+    weights = {task: weight for task, weight in settings.task_weights.items() if task in problems}  # empty sets left out
     picks, consumed = draw_prompts({task: len(rows) for task, rows in problems.items()}, weights,
-                                   consumed, num_prompts, config.seed)
+                                   consumed, num_prompts, settings.seed)
     rows = [problems[task][index] for task, index in picks]
-    prompts = [render_prompt(tokenizer, row["prompt"], config.system_prompt) for row in rows]
+    prompts = [render_prompt(tokenizer, row["prompt"], settings.system_prompt) for row in rows]
     rollout_start = time.time()
-    sampling = config.sampling.model_copy(update={"seed": seed})
+    sampling = settings.sampling.model_copy(update={"seed": seed})
     # one path whatever the settings: episode_setups alone decides which tasks are multi-turn (math_tool,
     # code_feedback and every user environment), as evaluation and curation ask it; none: all single-turn
-    samples, episode_counts = _episode_samples(config, tokenizer, engine, rows, prompts, sampling)
+    samples, episode_counts = _episode_samples(settings, tokenizer, engine, rows, prompts, sampling)
     scoring_start = time.time()
-    rewards, valid, counts, judged, verdicts = score_rollouts(rows, samples, config.reward.verifiers, judges)
+    rewards, valid, counts, judged, verdicts = score_rollouts(rows, samples, settings.verifiers, judges)
     counts = counts | episode_counts
     groups = [ScoredGroup(row, group, group_rewards, group_valid, [r.score for r in results],
                           [r.status for r in results], [r.detail for r in results])
@@ -114,7 +108,7 @@ def _sample_round(config: RLConfig, tokenizer: Any, engine: RolloutEngine, probl
     return groups, consumed, counts, spans, judged
 
 
-def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, rows: list[dict], prompts: list[str],
+def _episode_samples(settings: RolloutSettings, tokenizer: Any, engine: RolloutEngine, rows: list[dict], prompts: list[str],
                      sampling: SamplingConfig) -> tuple[list[list[Sample]], dict[str, float]]:
     """(samples per row, the episodes' counts): the rows of the tasks episode_setups runs as episodes
     (math_tool's Python tool, code_feedback's test feedback, the user's `environments`; under the
@@ -125,7 +119,7 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     from passband.training.episodes.groups import TimedEngine, episode_counts, episode_rows
     from passband.training.episodes.setups import episode_setups
 
-    setups = episode_setups(config.math_tool, config.code_feedback, config.reward.verifiers, config.environments)
+    setups = episode_setups(settings.math_tool, settings.code_feedback, settings.verifiers, settings.environments)
     timed, start = TimedEngine(engine), time.perf_counter()
     episodic = episode_rows(timed, tokenizer, rows, setups, sampling)
     wall = time.perf_counter() - start
@@ -145,7 +139,7 @@ def _episode_samples(config: RLConfig, tokenizer: Any, engine: RolloutEngine, ro
     return [by_row[i] for i in range(len(rows))], counts
 
 
-def _batch(config: RLConfig, groups: list[ScoredGroup]) -> tuple[RolloutBatch, dict[str, float]]:
+def _batch(settings: RolloutSettings, groups: list[ScoredGroup]) -> tuple[RolloutBatch, dict[str, float]]:
     """The batch of `groups`, each task's truncated answers shaped as its reward.overlong setting says
     (masked by default: the batch mask_truncated gave), and the shaping's metrics."""
     from passband.training.rl.batches.batching import build_rollout_batch
@@ -153,14 +147,14 @@ def _batch(config: RLConfig, groups: list[ScoredGroup]) -> tuple[RolloutBatch, d
 
     samples, tasks = [g.samples for g in groups], [g.row["task"] for g in groups]
     shaped = shape_overlong(samples, [g.rewards for g in groups], [g.valid for g in groups], tasks,
-                            config.reward.overlong_shaping(set(tasks)), config.sampling.max_tokens,
-                            config.reward.mask_truncated)
-    batch = build_rollout_batch(samples, shaped.rewards, shaped.valid, tasks, False, config.sampling.temperature,
-                                config.reward.invalid_reward)  # mask_truncated off: shape_overlong masked per task
+                            {task: settings.overlong[task] for task in set(tasks)}, settings.sampling.max_tokens,
+                            settings.mask_truncated)
+    batch = build_rollout_batch(samples, shaped.rewards, shaped.valid, tasks, False, settings.sampling.temperature,
+                                settings.invalid_reward)  # mask_truncated off: shape_overlong masked per task
     return batch, shaped.metrics
 
 
-def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
+def collect_rollouts(settings: RolloutSettings, tokenizer: Any, engine: RolloutEngine, problems: dict[str, list[dict]],
                      consumed: dict[str, int], iteration: int, iteration_seed: int, weight_version: int,
                      judges: dict[str, Any] | None = None) -> Rollouts:
     """The iteration's scored groups from the prompt cursor `consumed` (left unchanged; the one
@@ -170,31 +164,31 @@ def collect_rollouts(config: RLConfig, tokenizer: Any, engine: RolloutEngine, pr
     from passband.training.rl.batches.dynamic_sampling import GroupPool, round_prompts, round_seed
     from passband.training.rl.monitoring.rollout_metrics import zero_variance_flags
 
-    dynamic = config.dynamic_sampling
+    dynamic = settings.dynamic_sampling
     if dynamic is None:
         groups, consumed, counts, spans, judged = _sample_round(
-            config, tokenizer, engine, problems, consumed, config.prompts_per_step, iteration_seed,
+            settings, tokenizer, engine, problems, consumed, settings.prompts_per_step, iteration_seed,
             judges or {})
         speed = rollout_stats([g.samples for g in groups], _seconds(spans, "rollout"))["tokens_per_s"]
-        batch, shaping = _batch(config, groups)
+        batch, shaping = _batch(settings, groups)
         return Rollouts(groups, batch, consumed, counts | shaping | {"rollout_tokens_per_s": speed},
                         weight_version, spans, judged)
 
-    pool: GroupPool[ScoredGroup] = GroupPool(need=config.prompts_per_step)
+    pool: GroupPool[ScoredGroup] = GroupPool(need=settings.prompts_per_step)
     counts, spans, samples, rounds = {}, [], [], 0
     judged: list[dict] = []
     while pool.missing > 0 and rounds < dynamic.max_rounds:
         groups, consumed, round_counts, round_spans, round_judged = _sample_round(
-            config, tokenizer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
+            settings, tokenizer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
             round_seed(iteration_seed, rounds), judges or {})
         judged += [record | {"round": rounds} for record in round_judged]
-        pool.add_round(groups, zero_variance_flags(_batch(config, groups)[0]))
+        pool.add_round(groups, zero_variance_flags(_batch(settings, groups)[0]))
         counts = {name: counts.get(name, 0.0) + round_counts.get(name, 0.0) for name in {*counts, *round_counts}}
         rounds, spans = rounds + 1, spans + round_spans
         samples += [g.samples for g in groups]
     kept = pool.batch(dynamic.when_short, iteration, rounds)
     speed = rollout_stats(samples, _seconds(spans, "rollout"))["tokens_per_s"]
-    batch, shaping = _batch(config, kept)
+    batch, shaping = _batch(settings, kept)
     metrics = counts | pool.metrics(rounds) | shaping | {"rollout_tokens_per_s": speed}
     return Rollouts(kept, batch, consumed, metrics, weight_version, spans, judged)
 

@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from passband.flows.rl.config import RLConfig
-from passband.flows.rl.rollouts import iteration_seed
+from passband.tasks.rollouts.settings import RolloutSettings, iteration_seed
 from passband.training.rl.batches.staleness import behaviour_version, check_staleness
 
 if TYPE_CHECKING:  # torch-backed: imported where the flow runs
-    from passband.flows.rl.rollouts import Rollouts
+    from passband.tasks.rollouts.collect import Rollouts
     from passband.training.engines import RolloutEngine
     from passband.training.rl.monitoring.timeline import Span
 
@@ -80,7 +79,10 @@ class VersionedEngine:
 class RolloutsAhead:
     """The rollouts of iterations up to k ahead of the one training, collected on one thread."""
 
-    config: RLConfig
+    settings: RolloutSettings
+    """What each collection reads of the RL config."""
+    max_off_policy_steps: int
+    """k (rollout.max_off_policy_steps >= 1): iteration i samples with the weights of k updates ago."""
     tokenizer: Any
     engine: VersionedEngine
     problems: dict[str, list[dict]]
@@ -94,10 +96,6 @@ class RolloutsAhead:
     its predecessor's rollouts end at)."""
     pending: dict[int, Future] = field(default_factory=dict)
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "rl-rollouts"))
-
-    @property
-    def max_off_policy_steps(self) -> int:
-        return self.config.rollout.max_off_policy_steps
 
     def take(self, iteration: int) -> Rollouts:
         """Iteration `iteration`'s rollouts (waiting for them), after queueing those of the next k."""
@@ -115,7 +113,7 @@ class RolloutsAhead:
 
     def resume(self, in_flight: list[dict[str, Any]]) -> None:
         """Take a checkpoint's in-flight rollouts as collected: the next iterations train on them."""
-        from passband.flows.rl.rollouts import Rollouts
+        from passband.tasks.rollouts.collect import Rollouts
 
         iterations = [item["iteration"] for item in in_flight]
         expected = list(range(self.resumed_at + 1, self.resumed_at + 1 + len(in_flight)))
@@ -133,16 +131,16 @@ class RolloutsAhead:
         # cursor, which `_collect` hands on through the previous future
         previous = self.pending.get(iteration - 1)
         version = behaviour_version(iteration, self.max_off_policy_steps, self.resumed_at)
-        seed = iteration_seed(self.config, iteration)
+        seed = iteration_seed(self.settings.seed, iteration)
         context = contextvars.copy_context()  # the flow run's: Prefect tasks and logging inside see it
         return self.executor.submit(context.run, self._collect, iteration, version, seed, previous)
 
     def _collect(self, iteration: int, version: int, seed: int, previous: Future | None) -> Rollouts:
-        from passband.flows.rl.rollouts import collect_rollouts
+        from passband.tasks.rollouts.collect import collect_rollouts
 
         consumed = previous.result().consumed if previous is not None else self.consumed
         with self.engine.at(version) as engine:
-            return collect_rollouts(self.config, self.tokenizer, engine, self.problems, consumed, iteration, seed,
+            return collect_rollouts(self.settings, self.tokenizer, engine, self.problems, consumed, iteration, seed,
                                     version, self.judges)
 
     def close(self) -> None:
