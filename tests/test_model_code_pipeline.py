@@ -24,7 +24,7 @@ from test_flow_pipeline import tiny_config
 
 RUN_TIMEOUT_S = 1800
 PIPELINE_STAGES = 7  # curate, sft, recurate, rl, evaluate-base, evaluate-sft, evaluate-rl
-HF = {"kind": "hf", "trust_remote_code": True}
+HF = {"kind": "hf", "dtype": "float32", "trust_remote_code": True}  # auto is bf16 on an AMX CPU
 # head_dim 64 (the fixture's): vLLM's CPU attention has no kernel for smaller heads
 VLLM = {"kind": "vllm", "dtype": "float32", "trust_remote_code": True, "kv_cache_gib": 0.1, "max_model_len": 512,
         "max_num_seqs": 8}
