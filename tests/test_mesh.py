@@ -97,6 +97,7 @@ def _mesh_ranks(nproc: int, *args: str) -> list[dict]:
                   key=lambda line: (line["rank"], "failed_after_s" in line))
 
 
+@pytest.mark.slow  # 4 gloo ranks: ~40 s on the loaded 2-core box
 def test_the_mesh_groups_on_four_ranks() -> None:
     """replicate 2 x shard 1 x sp 2: rank = replicate_index * 2 + sp_index (sp innermost, on one node)."""
     ranks = _mesh_ranks(4, "2", "1", "2", "30")
@@ -117,6 +118,7 @@ def test_the_mesh_groups_without_replicas_or_sequence_parallelism() -> None:
     assert all(r["fsdp_dims"] == ["shard_sp"] and r["placements"] == ["S(0)"] for r in ranks)
 
 
+@pytest.mark.slow  # the sleeping rank holds torchrun 12 s beyond start-up
 def test_a_sub_group_collective_fails_within_the_trainer_timeout() -> None:
     """The replicate all-reduce with the other replica asleep fails after the 3 s given, not torch's 30 min."""
     ranks = _mesh_ranks(2, "2", "1", "1", "3", "hang")
