@@ -94,6 +94,7 @@ def test_selective_gives_none_s_loss_and_gradients_on_tiny_models() -> None:
     assert_same_as_none(tiny(64, 128, 4, 2, 2, attn="eager"), ids, tolerance=1e-6)  # bmm attention
 
 
+@pytest.mark.slow  # the shipped model, three forward and backward passes: past 30 s on this box
 def test_selective_gives_none_s_loss_and_gradients_on_the_shipped_model(smollm2_dir) -> None:
     from passband.training.model_source import load_causal_lm
 
