@@ -19,7 +19,7 @@ def test_config_output_validates_back_into_the_same_config(flow: str) -> None:
         args = ["config", flow] + (["--preset", preset] if preset else [])
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
-        printed = yaml.safe_load(result.output)
+        printed = yaml.safe_load(result.stdout)  # notes (e.g. a model not at hand) go to stderr
         # exactly what `passband run` resolves from the same options
         assert config_cls.model_validate(printed) == resolve_config(config_cls, flow, preset)
 

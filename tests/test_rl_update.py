@@ -401,8 +401,8 @@ def test_micro_batches_group_rows_of_similar_length():
     responses = [[0] * 9, [0], [0, 0], [0] * 8, [0]]
     batch = RolloutBatch(prompt_ids=prompts, response_ids=responses, engine_logp=[[0.0] * len(r) for r in responses],
                          rewards=[0.0] * 5, valid=[True] * 5, tasks=["math"] * 5, group_size=1)
-    assert _micro_batches(batch, [0, 1, 2, 3, 4], 2) == [[4, 1], [2, 3], [0]]
-    assert _micro_batches(batch, [3, 0], 8) == [[3, 0]]
+    assert _micro_batches(batch, [0, 1, 2, 3, 4], RLAlgoConfig(micro_batch_size=2)) == [[4, 1], [2, 3], [0]]
+    assert _micro_batches(batch, [3, 0], RLAlgoConfig(micro_batch_size=8)) == [[3, 0]]
 
 
 def test_trimming_the_heap_between_micro_batches_changes_nothing_but_the_heap(monkeypatch):
