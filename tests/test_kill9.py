@@ -221,12 +221,15 @@ def _rl_args(digits: Path, tmp_path: Path, lora: dict | None = None, **settings)
 
 
 @pytest.mark.slow  # three `passband run rl` processes: 100 s in all on the shared 2-core box
-@pytest.mark.parametrize("max_off_policy_steps,lora,math_tool", [  # 1: the rollouts in flight at the kill come from the checkpoint
-    (0, None, None), (1, None, None), (0, {"rank": 4}, None),  # LoRA: the adapters and their AdamW state resume
-    (1, None, {})])  # math as tool episodes: the episodes in flight at the kill come from the checkpoint, token-exact
-def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps, lora, math_tool):
+@pytest.mark.parametrize("max_off_policy_steps,lora,math_tool,partial", [  # 1: the rollouts in flight at the kill come from the checkpoint
+    (0, None, None, None), (1, None, None, None), (0, {"rank": 4}, None, None),  # LoRA: the adapters and their AdamW state resume
+    (1, None, {}, None),  # math as tool episodes: the episodes in flight at the kill come from the checkpoint, token-exact
+    # partial rollouts: answers cut after every token, one group of two ends an iteration; the carried ones resume
+    (0, None, None, {"chunk_tokens": 1, "min_complete": 0.5, "max_carries": 2})])
+def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps, lora, math_tool, partial):
     extra = {} if math_tool is None else {"math_tool": math_tool}
-    args = _rl_args(digits, tmp_path, lora, rollout={"max_off_policy_steps": max_off_policy_steps}, **extra)
+    rollout = {"max_off_policy_steps": max_off_policy_steps} | ({} if partial is None else {"partial": partial})
+    args = _rl_args(digits, tmp_path, lora, rollout=rollout, **extra)
     checkpoints = "checkpoints/rl/*/iter-*/manifest.json"
     full, _, full_s = run_to_end(args, tmp_path / "full", RUN_TIMEOUT_S, "uninterrupted")
 
@@ -258,6 +261,8 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_
     for name, (uninterrupted, resumed) in orders.items():
         assert resumed["prompt_ids"] == uninterrupted["prompt_ids"], name
         assert resumed["consumed"] == uninterrupted["consumed"], name
+        # partial rollouts: the answers carried out of every iteration, token for token, log-probs and versions
+        assert resumed["carried"] == uninterrupted["carried"], name
     drawn = [p for uninterrupted, _ in orders.values() for p in uninterrupted["prompt_ids"]]
     assert sorted(drawn[:8]) == sorted(TRAIN_PROMPTS)  # one epoch: every prompt once before any repeats
     # ... each with the uninterrupted run's weight version (at k = 1 the checkpoint's in-flight batch first)
@@ -275,9 +280,13 @@ def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_
     resumed_at = (home / "artifacts" / mine_keys[f"iter-{last:06d}"]).as_uri()
     moved = _max_abs_diff(resumed_at, rerun["outputs"]["checkpoint"])
     assert last == RL_ITERATIONS or moved > 0
+    if partial is not None:  # answers were carried across the kill and finished by the rerun under newer weights
+        carried = [len(state["carried"]) for _, state in orders.values()]
+        spanning = _values(home, rerun["mlflow_run_id"], "partial/spanning_answers")
+        assert any(carried) and sum(spanning.values()) > 0, (carried, spanning)
     if math_tool is not None:  # every iteration trained on episodes: their counts are logged once per iteration
         assert _steps(home, rerun["mlflow_run_id"], "math/num_episodes") == list(range(last + 1, RL_ITERATIONS + 1))
-    _report(f"rl, max_off_policy_steps {max_off_policy_steps}{', lora' if lora else ''}"
+    _report(f"rl, max_off_policy_steps {max_off_policy_steps}{', lora' if lora else ''}{', partial' if partial else ''}"
             f"{', math tool episodes' if math_tool is not None else ''}", [
         f"killed: {killed.describe()}",
         f"rerun resumed after iteration {last}, ran iterations {last + 1}..{RL_ITERATIONS} once each; prompt ids "

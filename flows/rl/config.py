@@ -21,6 +21,7 @@ from passband.training.judge.config import JudgeConfig
 from passband.training.rl.config import RLAlgoConfig
 from passband.training.rl.batches.dynamic_sampling import DynamicSamplingConfig
 from passband.training.rl.batches.overlong import OverlongShaping
+from passband.training.rl.batches.partial import PartialRolloutConfig
 from passband.training.runtime.config import DistributedConfig
 
 # Settings that change how a run proceeds, not what it produces: left out of the cache and run keys
@@ -138,6 +139,12 @@ class RolloutConfig(RolloutWorkersConfig):
     them, so it gets the uninterrupted run's batches and weight versions. On long responses take
     `algo.correction: token_mis`: one update stale at 512 tokens, seq-MIS rejected 16% of the
     sequences and token-MIS none (docs/benchmarks.md, "Staleness")."""
+    partial: PartialRolloutConfig | None = Field(None, exclude_if=lambda partial: partial is None)
+    """Partial rollouts (training/rl/batches/partial.py; docs/recipe.md section 5.6): sample in rounds of
+    `chunk_tokens`, end the iteration once `min_complete` of its groups are complete, and carry the answers
+    still being written into the next iteration, continued under the new weights; every token keeps the
+    weights version and engine log-prob it was sampled with. None: every answer sampled to its end within
+    its iteration. Single-turn tasks, with max_off_policy_steps 0 and no dynamic_sampling."""
 
 
 class RLConfig(Config):
@@ -239,6 +246,8 @@ class RLConfig(Config):
         if stray or any(w <= 0 for w in self.task_weights.values()):
             raise ValueError(f"task_weights must be positive and name tasks in datasets (bad: {stray or self.task_weights})")
         check_environments(self.math_tool, self.code_feedback, self.environments)
+        if self.rollout.partial is not None:
+            self._check_partial()
         self.reward.check_overlong(self.datasets, self.sampling.max_tokens)
         if self.sampling.n < 2:
             raise ValueError(f"sampling.n={self.sampling.n}: GRPO needs at least 2 rollouts per prompt (a group)")
@@ -261,6 +270,18 @@ class RLConfig(Config):
                              "handle full weights only; set distributed.nproc_per_node: 1 (the frozen base and the "
                              "adapters of a 7-8B model fit one 80 GB GPU: flows/presets/rl/gpu-lora.yaml)")
         return self
+
+    def _check_partial(self) -> None:
+        """Partial rollouts carry single-turn answers between synchronous iterations: what they would meet
+        elsewhere (episodes between environment turns, a thread sampling ahead, rounds that drop groups)
+        is refused, one setting named."""
+        clash = ("dynamic_sampling" if self.dynamic_sampling is not None else
+                 "rollout.max_off_policy_steps" if self.rollout.max_off_policy_steps else
+                 "math_tool" if self.math_tool is not None else "code_feedback" if self.code_feedback is not None else
+                 "environments" if self.environments else None)
+        if clash is not None:
+            raise ValueError(f"rollout.partial carries single-turn answers between synchronous iterations; it does not "
+                             f"combine with {clash} (set one of them off)")
 
     def _check_broadcast(self) -> None:
         """Weights by NCCL go from the trainer ranks to the flow's own vLLM engine, newest only."""
@@ -321,4 +342,5 @@ class RLConfig(Config):
             system_prompt=self.system_prompt, sampling=self.sampling, verifiers=self.reward.verifiers,
             math_tool=self.math_tool, code_feedback=self.code_feedback, environments=self.environments,
             dynamic_sampling=self.dynamic_sampling, overlong=self.reward.overlong_shaping(self.datasets),
-            mask_truncated=self.reward.mask_truncated, invalid_reward=self.reward.invalid_reward)
+            mask_truncated=self.reward.mask_truncated, invalid_reward=self.reward.invalid_reward,
+            partial=self.rollout.partial)

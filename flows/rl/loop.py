@@ -76,6 +76,7 @@ def run_iteration(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngin
     metrics |= {"seconds/rollout": rollouts.rollout_s, "seconds/scoring": rollouts.scoring_s, "seconds/training": train_s,
                 "seconds/weight_sync": sync_s, "seconds/rollout_wait": wait_s, "seconds/iteration": time.perf_counter() - start}
     trainer.state.iteration, trainer.state.consumed = iteration, rollouts.consumed
+    trainer.state.carried = rollouts.carried  # partial rollouts: what the next iteration continues
     trainer.state.prompt_ids = [group.row["id"] for group in rollouts.groups]
     return metrics
 
@@ -105,8 +106,16 @@ def _take_rollouts(config: RLConfig, trainer: PolicyTrainer, engine: RolloutEngi
     if ahead is not None:
         return ahead.take(iteration)
     # the engine holds the weights the trainer starts from: v<iteration - 1>
-    rollouts = collect_rollouts(config.rollout_settings(), trainer.tokenizer, engine, problems, trainer.state.consumed,
-                                iteration, iteration_seed(config.seed, iteration), iteration - 1, judges)
+    settings = config.rollout_settings()
+    if settings.partial is not None:
+        from passband.tasks.rollouts.partial import collect_partial
+
+        rollouts = collect_partial(settings, trainer.tokenizer, engine, problems, trainer.state.consumed,
+                                   trainer.state.carried, iteration, iteration_seed(config.seed, iteration),
+                                   iteration - 1, judges)
+    else:
+        rollouts = collect_rollouts(settings, trainer.tokenizer, engine, problems, trainer.state.consumed,
+                                    iteration, iteration_seed(config.seed, iteration), iteration - 1, judges)
     engine.release_weights()
     engine.sleep()
     return rollouts

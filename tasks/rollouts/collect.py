@@ -1,6 +1,6 @@
 """One iteration's scored rollouts: draw prompts from the seeded cursor, sample, verify, batch;
 with dynamic sampling (training/rl/batches/dynamic_sampling.py), in rounds until the batch holds
-`prompts_per_step` groups whose rewards differ. It reads the RL flow's settings through
+`prompts_per_step` groups whose rewards differ (partial rollouts: partial.py). It reads the RL flow's settings through
 `RolloutSettings` (settings.py); the flow calls it each iteration, or `RolloutsAhead` (ahead.py) does
 on its thread.
 """
@@ -51,6 +51,8 @@ class Rollouts:
     """When each round sampled and scored (training/rl/monitoring/timeline.py; role `rollouts`)."""
     judged: list[dict[str, Any]] = field(default_factory=list)
     """One record per rollout a judge scored, every round (training/judge/; empty without judges)."""
+    carried: list[dict[str, Any]] = field(default_factory=list)
+    """With rollout.partial, the groups still being written, for the next iteration (OpenGroup.to_json)."""
 
     @property
     def rollout_s(self) -> float:
@@ -71,7 +73,8 @@ class Rollouts:
                               group.get("details", []))  # checkpoints before these fields lack them
                   for group in data["groups"]]
         return cls(groups, RolloutBatch(**data["batch"]), dict(data["consumed"]), dict(data["metrics"]),
-                   data["weight_version"], [Span(**span) for span in data["spans"]], list(data["judged"]))
+                   data["weight_version"], [Span(**span) for span in data["spans"]], list(data["judged"]),
+                   list(data.get("carried", [])))
 
     @property
     def scoring_s(self) -> float:
@@ -139,7 +142,7 @@ def _episode_samples(settings: RolloutSettings, tokenizer: Any, engine: RolloutE
     return [by_row[i] for i in range(len(rows))], counts
 
 
-def _batch(settings: RolloutSettings, groups: list[ScoredGroup]) -> tuple[RolloutBatch, dict[str, float]]:
+def scored_batch(settings: RolloutSettings, groups: list[ScoredGroup]) -> tuple[RolloutBatch, dict[str, float]]:
     """The batch of `groups`, each task's truncated answers shaped as its reward.overlong setting says
     (masked by default: the batch mask_truncated gave), and the shaping's metrics."""
     from passband.training.rl.batches.batching import build_rollout_batch
@@ -170,7 +173,7 @@ def collect_rollouts(settings: RolloutSettings, tokenizer: Any, engine: RolloutE
             settings, tokenizer, engine, problems, consumed, settings.prompts_per_step, iteration_seed,
             judges or {})
         speed = rollout_stats([g.samples for g in groups], _seconds(spans, "rollout"))["tokens_per_s"]
-        batch, shaping = _batch(settings, groups)
+        batch, shaping = scored_batch(settings, groups)
         return Rollouts(groups, batch, consumed, counts | shaping | {"rollout_tokens_per_s": speed},
                         weight_version, spans, judged)
 
@@ -182,13 +185,13 @@ def collect_rollouts(settings: RolloutSettings, tokenizer: Any, engine: RolloutE
             settings, tokenizer, engine, problems, consumed, round_prompts(pool.missing, dynamic.oversample),
             round_seed(iteration_seed, rounds), judges or {})
         judged += [record | {"round": rounds} for record in round_judged]
-        pool.add_round(groups, zero_variance_flags(_batch(settings, groups)[0]))
+        pool.add_round(groups, zero_variance_flags(scored_batch(settings, groups)[0]))
         counts = {name: counts.get(name, 0.0) + round_counts.get(name, 0.0) for name in {*counts, *round_counts}}
         rounds, spans = rounds + 1, spans + round_spans
         samples += [g.samples for g in groups]
     kept = pool.batch(dynamic.when_short, iteration, rounds)
     speed = rollout_stats(samples, _seconds(spans, "rollout"))["tokens_per_s"]
-    batch, shaping = _batch(settings, kept)
+    batch, shaping = scored_batch(settings, kept)
     metrics = counts | pool.metrics(rounds) | shaping | {"rollout_tokens_per_s": speed}
     return Rollouts(kept, batch, consumed, metrics, weight_version, spans, judged)
 

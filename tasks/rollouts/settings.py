@@ -18,6 +18,7 @@ from passband.training.episodes.math_python import MathToolConfig
 from passband.training.episodes.setups import EnvironmentConfig
 from passband.training.rl.batches.dynamic_sampling import DynamicSamplingConfig
 from passband.training.rl.batches.overlong import OverlongShaping
+from passband.training.rl.batches.partial import PartialRolloutConfig
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class RolloutSettings:
     """reward.mask_truncated: a cut answer is masked (under the `masked` shaping)."""
     invalid_reward: Literal["mask", "zero"]
     """reward.invalid_reward: what a rollout without a verdict trains as."""
+    partial: PartialRolloutConfig | None = None
+    """rollout.partial: sample in rounds, train on the groups complete, carry the rest (None: off)."""
 
 
 def iteration_seed(seed: int, iteration: int) -> int:

@@ -32,11 +32,16 @@ class Sample:
     logprobs: list[float]
     """Engine log-prob of every sampled token, aligned with token_ids."""
     finish_reason: str
-    """'stop' (EOS or a stop string) or 'length' (max_tokens reached: truncated)."""
+    """'stop' (EOS or a stop string) or 'length' (max_tokens reached: truncated); 'open' only while a
+    partial rollout is still being written."""
     prompt_token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] | None = None
     """1 where token_ids holds a token the policy sampled, 0 on the environment's tokens between the
     turns of a multi-turn episode (training/episodes/); None: every token was sampled (one turn)."""
+    token_versions: list[int] | None = None
+    """The weights version that sampled each token, aligned with token_ids, where an answer was written
+    over several iterations (partial rollouts: training/rl/batches/partial.py); None: every token was
+    sampled by the rollouts' own `weight_version`."""
 
 
 class RolloutEngine(Protocol):

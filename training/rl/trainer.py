@@ -62,6 +62,11 @@ class RLState:
     flows/rl_rollouts.Rollouts.to_json): a resumed run trains on them rather than sampling them
     anew with newer weights, so it repeats the uninterrupted run (training/rl/batches/staleness.py)."""
 
+    carried: list[dict[str, Any]] = field(default_factory=list)
+    """With rollout.partial, the groups whose answers were still being written when the last iteration
+    ended (training/rl/batches/partial.py: OpenGroup.to_json, tokens, engine log-probs and versions so
+    far): a resumed run continues them where the uninterrupted one would have, none is lost or resampled."""
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -74,7 +79,7 @@ class RLState:
                    drift_history=[dict(values) for values in data.get("drift_history", [])],
                    stopped_early=data.get("stopped_early", False),
                    timeline=[Span(**span) for span in data.get("timeline", [])],
-                   in_flight=list(data.get("in_flight", [])))
+                   in_flight=list(data.get("in_flight", [])), carried=list(data.get("carried", [])))
 
 
 @dataclass

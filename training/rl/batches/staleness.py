@@ -48,3 +48,13 @@ def versions_to_keep(max_off_policy_steps: int) -> int:
     """Published versions a run keeps: the newest and the k before it, the oldest of which the
     rollouts in flight may still be loading when the newest is published."""
     return max_off_policy_steps + 1
+
+
+def check_token_staleness(iteration: int, row_id: str, token_versions: list[int], max_lag: int) -> None:
+    """The per-token bound of partial rollouts (training/rl/batches/partial.py): refuse an answer one of
+    whose tokens was sampled more than `max_lag` updates before the weights iteration `iteration` trains
+    from, or by weights not published yet."""
+    lags = [off_policy_steps(iteration, version) for version in token_versions]
+    if lags and not (0 <= min(lags) and max(lags) <= max_lag):
+        raise RuntimeError(f"iteration {iteration}: an answer to {row_id} holds tokens {max(lags)} updates off "
+                           f"policy (versions {sorted(set(token_versions))}), outside [0, max_carries={max_lag}]")

@@ -17,7 +17,7 @@ from passband.training.rl.algebra.advantages import group_advantages
 
 ROLLOUT_COLUMNS = ("iteration", "weight_version", "prompt_id", "task", "sample_index", "completion", "num_tokens",
                    "finish_reason", "reward", "score", "status", "detail", "valid", "advantage", "engine_logp_mean",
-                   "num_turns")
+                   "num_turns", "first_weight_version")
 """The record's fields, in the artifact's column order (docs/rl-rollouts.md says what each holds)."""
 
 
@@ -55,6 +55,8 @@ def rollout_records(iteration: int, weight_version: int, rows: list[dict[str, An
                 "valid": bool(batch_valid[index]), "advantage": advantages[index] + 0.0,  # no -0.0 for a masked row
                 "engine_logp_mean": sum(sample.logprobs) / len(sample.logprobs) if sample.logprobs else None,
                 "num_turns": model_turns(sample.loss_mask),
+                # a partial rollout's first token may come from older weights (training/rl/batches/partial.py)
+                "first_weight_version": sample.token_versions[0] if sample.token_versions else weight_version,
             })
     return records
 
