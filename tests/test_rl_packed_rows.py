@@ -12,13 +12,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from passband.training import logprobs
 from passband.training.logprobs import packed_response_logprobs, response_logprobs
 from passband.training.rl.batches.batching import RolloutBatch
 from passband.training.rl.config import RLAlgoConfig
-from passband.training.rl.update import rl_update
+from passband.training.rl.update import packs_rows, rl_update
 from passband.training.runtime.packed_rows import PackedRows, pack_sequences
 from passband.training.runtime.varlen_attention import varlen_attention
 
@@ -76,7 +76,7 @@ def _two_updates(model, ref, batch, lr, **cfg) -> list[list[torch.Tensor]]:
 
 def assert_packed_equals_padded(model, ref, batch, lr, tolerance=1e-5, **cfg) -> None:
     before = [p.detach().clone() for p in model.parameters()]
-    padded = _two_updates(model, ref, batch, lr, **cfg)
+    padded = _two_updates(model, ref, batch, lr, pack_rows=False, **cfg)
     packed = _two_updates(model, ref, batch, lr, pack_rows=True, **cfg)
     for update, (a, b) in enumerate(zip(padded, packed), start=1):
         moved = max(float((w - w0).abs().max()) for w, w0 in zip(a, before))
@@ -131,8 +131,24 @@ def test_pack_sequences_restarts_positions_and_pads_the_pack():
     assert packed.row_starts == [0, 3] and packed.max_length == 3
 
 
-def test_pack_rows_is_off_by_default():
-    assert RLAlgoConfig().pack_rows is False
+def test_pack_rows_packs_by_default_wherever_packing_is_exact():
+    """'auto' packs a model whose attention takes the varlen kwargs (transformers' attention backends), and not
+    one with its own attention code, a sliding window or soft-capped logits, which packing would change; an
+    explicit true on such a model is refused in one line naming why."""
+    assert RLAlgoConfig().pack_rows == "auto"
+    llama = _tiny_model()
+    assert packs_rows(llama, RLAlgoConfig()) is True and packs_rows(llama, RLAlgoConfig(pack_rows=False)) is False
+    own_code = type("OwnAttentionForCausalLM", (LlamaForCausalLM,), {"_supports_attention_backend": False})(llama.config)
+    windowed = MistralForCausalLM(MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                                sliding_window=16))
+    for model, why in ((own_code, "OwnAttentionForCausalLM's attention does not take transformers' attention-"
+                                  "interface kwargs"),
+                       (windowed, "MistralForCausalLM attends within a sliding window of 16 tokens")):
+        assert packs_rows(model, RLAlgoConfig()) is False
+        with pytest.raises(ValueError, match=f"algo.pack_rows: true, but packed rows would not reproduce this model's "
+                                             f"forward: {why}"):
+            packs_rows(model, RLAlgoConfig(pack_rows=True))
 
 
 # The shipped model: two factors at a time (each algorithm with each correction, each with and without KL) cover

@@ -40,7 +40,7 @@ head), and entropy through `entropy_from_hidden` (chunked): no [tokens, vocab] l
 more than one chunk at a time. Dropout must be off in `model` (RL needs the trainer's
 log-probs at theta_k to be deterministic); this module does not change train/eval mode.
 
-Packed rows (cfg.pack_rows, off by default): each micro-batch's rows run through the decoder as one sequence
+Packed rows (cfg.pack_rows; 'auto', the default: wherever packing is exact for the model): each micro-batch's rows run through the decoder as one sequence
 (`packed_response_logprobs`: no padding, position ids restarting per row, the varlen attention kernel, set for the
 whole update by `_attention_for`), and come back as the same `[mb, w]` log-probs and entropy: the micro-batches,
 the loss inputs and every term of the loss are as in the padded path (tests/test_rl_packed_rows.py).
@@ -85,6 +85,7 @@ from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
 from passband.training.runtime.distributed import full_norm, trainer_mesh, world_size
 from passband.training.runtime.mesh import sequence_parallel_group
+from passband.training.runtime.packed_rows import packing_refusal
 from passband.training.runtime.ulysses import gather_sequence
 from passband.training.runtime.precision import autocast_for, resolve_precision
 from passband.training.runtime.varlen_attention import varlen_attention
@@ -404,11 +405,22 @@ def rl_update(
     says what each is). With cfg.trim_heap, the heap the update freed (its activations) goes back to the OS
     before returning.
     """
+    cfg = cfg.model_copy(update={"pack_rows": packs_rows(model, cfg)})
     with _attention_for(model, ref_model, cfg):
         metrics = _update(model, ref_model, optimizer, batch, cfg, generator)
     if cfg.trim_heap:
         trim_heap()
-    return metrics.as_dict()
+    return metrics.as_dict() | {"packed_rows": float(cfg.pack_rows)}
+
+
+def packs_rows(model: torch.nn.Module, cfg: RLAlgoConfig) -> bool:
+    """Whether the update packs its micro-batches' rows: cfg.pack_rows, 'auto' resolved for `model` (packed
+    where packing reproduces its padded forward: training/runtime/packed_rows.py: packing_refusal)."""
+    refusal = packing_refusal(getattr(model, "lm", model))  # the plain LM under ranks (ShardedPolicy.lm)
+    if cfg.pack_rows is True and refusal is not None:
+        raise ValueError(f"algo.pack_rows: true, but packed rows would not reproduce this model's forward: {refusal}; "
+                         "set algo.pack_rows: auto (padded here) or false")
+    return cfg.pack_rows is True or (cfg.pack_rows == "auto" and refusal is None)
 
 
 def _attention_for(model: torch.nn.Module, ref_model: torch.nn.Module | None, cfg: RLAlgoConfig) -> ContextManager:

@@ -44,3 +44,19 @@ def pack_sequences(sequences: list[list[int]], pad_to_multiple: int = 1, pad_id:
                       position_ids=torch.tensor([positions], dtype=torch.long),
                       cu_seqlens=torch.tensor(bounds, dtype=torch.int32), max_length=max(segments),
                       row_starts=bounds[: len(sequences)])
+
+
+def packing_refusal(model: torch.nn.Module) -> str | None:
+    """Why packed rows would not reproduce `model`'s padded forward (None: they do). The varlen kernels are
+    reached through transformers' attention interface with the `cu_seq_lens` forward kwargs, which only a
+    model flagged as an attention backend passes down to its attention layers (a model with its own code
+    may attend over the whole pack instead); and they attend causally within each row, with no sliding window
+    and no logit soft-capping."""
+    name, config = type(model).__name__, model.config
+    if not model.is_backend_compatible():
+        return f"{name}'s attention does not take transformers' attention-interface kwargs (cu_seq_lens)"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return f"{name} attends within a sliding window of {config.sliding_window} tokens"
+    if getattr(config, "attn_logit_softcapping", None):
+        return f"{name} soft-caps its attention logits"
+    return None
