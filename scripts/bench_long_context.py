@@ -38,6 +38,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -167,8 +168,8 @@ def child(model_dir: Path, tokens: int, mode: str, phase: str) -> dict:
             "seconds": seconds, "check": check}
 
 
-def command(model_dir: Path, tokens: int, mode: str, sp: int, phase: str) -> list[str]:
-    point = [__file__, "--child", "--model", str(model_dir), "--tokens", str(tokens), "--modes", mode,
+def command(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, out: Path) -> list[str]:
+    point = [__file__, "--child", str(out), "--model", str(model_dir), "--tokens", str(tokens), "--modes", mode,
              "--phase", phase]
     if sp == 1:
         return [sys.executable, *point]
@@ -176,10 +177,18 @@ def command(model_dir: Path, tokens: int, mode: str, sp: int, phase: str) -> lis
 
 
 def run_point(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, cap: int) -> list[dict] | str:
-    """One point in processes of its own (each rank's result, by rank), killed if their summed RSS passes `cap`."""
+    """One point in processes of its own (each rank's result, by rank), killed if their summed RSS passes `cap`.
+    Each rank writes its result to a file of its own: torchrun relays the ranks' stdout, and two ranks' lines
+    came back run together on one line."""
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // sp))}
     env.pop("WORLD_SIZE", None)
-    proc = subprocess.Popen(command(model_dir, tokens, mode, sp, phase), stdout=subprocess.PIPE, text=True, env=env)
+    with tempfile.TemporaryDirectory() as out:
+        return _watch(subprocess.Popen(command(model_dir, tokens, mode, sp, phase, Path(out)), env=env), cap,
+                      Path(out))
+
+
+def _watch(proc: subprocess.Popen, cap: int, out: Path) -> list[dict] | str:
+    """`proc`'s ranks' results from `out` once it exits, or why there are none."""
     while proc.poll() is None:
         if tree_rss(proc.pid) > cap:
             for pid in tree_pids(proc.pid):  # each by its id: torchrun starts its ranks in sessions of their own
@@ -188,11 +197,9 @@ def run_point(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, cap:
             proc.wait()
             return f"killed: RSS passed the {cap / GIB:g} GiB cap"
         time.sleep(0.1)
-    out = proc.stdout.read()
     if proc.returncode != 0:
         return f"failed (exit {proc.returncode})"
-    ranks = [json.loads(line) for line in out.splitlines() if line.startswith('{"rank"')]
-    return sorted(ranks, key=lambda r: r["rank"])
+    return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
 
 
 def row(phase: str, tokens: int, mode: str, sp: int, estimate: int, point: list[dict] | str) -> str:
@@ -213,10 +220,11 @@ def main() -> None:
     parser.add_argument("--sp", type=int, nargs="+", default=[1], help="sequence-parallel degrees (ranks per point)")
     parser.add_argument("--phase", nargs="+", choices=["sft", "rl"], default=["sft"])
     parser.add_argument("--cap-gib", type=float, default=8.0, help="the most RSS a point's processes may hold together")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # a point's process: where it writes its result
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.model, args.tokens[0], args.modes[0], args.phase[0])), flush=True)
+        result = child(args.model, args.tokens[0], args.modes[0], args.phase[0])
+        (args.child / f"rank{result['rank']}.json").write_text(json.dumps(result))
         return
     cap = int(args.cap_gib * GIB)
     print("| phase | tokens | SP | checkpointing | peak RSS, max over ranks (GiB) | peak less RSS before loading, "
