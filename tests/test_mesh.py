@@ -60,6 +60,14 @@ def test_pipeline_names_the_stage_whose_mesh_does_not_fit(tmp_path: Path, monkey
         "and 3 KV heads (Ulysses gives each rank heads / sequence_parallel of each): pick a common divisor")
 
 
+def test_rl_refuses_sequence_parallelism_over_padded_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))
+    assert fails_in_one_line("config", "rl", "--set", "distributed.nproc_per_node=3", "--set",
+                             "distributed.sequence_parallel=3", "--set", "algo.pack_rows=false") == (
+        "invalid rl config: algo.pack_rows: false, but distributed.sequence_parallel 3 splits each micro-batch's "
+        "packed rows over its ranks: set algo.pack_rows: auto or true")
+
+
 def test_config_accepts_a_mesh_that_fits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """3 divides 9 heads and 3 KV heads; 2 nodes x 3 ranks = replicate 2 x shard 1 x sp 3."""
     monkeypatch.setenv("PASSBAND_HOME", str(tmp_path))

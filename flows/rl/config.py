@@ -248,6 +248,9 @@ class RLConfig(Config):
         check_environments(self.math_tool, self.code_feedback, self.environments)
         if self.rollout.partial is not None:
             self._check_partial()
+        if self.distributed.sequence_parallel > 1 and self.algo.pack_rows is False:
+            raise ValueError(f"algo.pack_rows: false, but distributed.sequence_parallel {self.distributed.sequence_parallel} "
+                             "splits each micro-batch's packed rows over its ranks: set algo.pack_rows: auto or true")
         self.reward.check_overlong(self.datasets, self.sampling.max_tokens)
         if self.sampling.n < 2:
             raise ValueError(f"sampling.n={self.sampling.n}: GRPO needs at least 2 rollouts per prompt (a group)")
