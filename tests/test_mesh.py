@@ -132,3 +132,18 @@ def test_a_sub_group_collective_fails_within_the_trainer_timeout() -> None:
     ranks = _mesh_ranks(2, "2", "1", "1", "3", "hang")
     (failed,) = [r for r in ranks if "failed_after_s" in r]
     assert failed["rank"] == 0 and 2.5 < failed["failed_after_s"] < 10, failed
+
+
+def test_micro_batches_are_dealt_over_the_data_parallel_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An SP group's ranks run the same micro-batches (each its shard of the tokens), so the RL token budget deals
+    a step over replicate x shard, not the world: 4 ranks as shard 2 x SP 2 are 2 data-parallel ranks."""
+    from passband.training.runtime import distributed
+    from passband.training.runtime.mesh import MeshShape
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setitem(distributed._OPEN, "shape", MeshShape(shard=2, sequence_parallel=2))
+    assert distributed.data_parallel_size() == 2
+    monkeypatch.setitem(distributed._OPEN, "shape", MeshShape(replicate=2, shard=2))
+    assert distributed.data_parallel_size() == 4
+    monkeypatch.setitem(distributed._OPEN, "shape", None)  # a group opened without a mesh: every rank its own data
+    assert distributed.data_parallel_size() == 4

@@ -83,7 +83,7 @@ from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
 from passband.training.rl.update_metrics import BatchMetrics, StepsMetrics, ThetaKMetrics, UpdateMetrics, summarize_steps
 from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
-from passband.training.runtime.distributed import full_norm, trainer_mesh, world_size
+from passband.training.runtime.distributed import data_parallel_size, full_norm, trainer_mesh
 from passband.training.runtime.mesh import sequence_parallel_group
 from passband.training.runtime.packed_rows import packing_refusal
 from passband.training.runtime.ulysses import gather_sequence
@@ -143,7 +143,8 @@ def _micro_batches(batch: RolloutBatch, rows: list[int], cfg: RLAlgoConfig) -> l
     but the order in which gradients are summed."""
     lengths = [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
     if cfg.micro_batch_tokens is not None:
-        return token_budget_micro_batches(rows, lengths, cfg.micro_batch_tokens, world_size(), cfg.pack_rows,
+        # dealt over the data-parallel ranks: an SP group's ranks run the same micro-batches, each a shard of it
+        return token_budget_micro_batches(rows, lengths, cfg.micro_batch_tokens, data_parallel_size(), cfg.pack_rows,
                                           cfg.pad_to_multiple)
     by_length = sorted(rows, key=lambda row: lengths[row])
     size = cfg.micro_batch_size

@@ -59,6 +59,13 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def data_parallel_size() -> int:
+    """Ranks that see different samples (replicate x shard of the mesh the process group was opened with; an SP
+    group's ranks share their samples): what a step's micro-batches are dealt over. 1 in one process."""
+    shape = _OPEN["shape"]
+    return world_size() if shape is None else shape.data_parallel
+
+
 def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
