@@ -165,7 +165,8 @@ def _rl_estimate(config: Any, where: str, ask_hub: bool, target: Target | None) 
         shape, precision, tokens, algo.logprob_chunk_size, kl_reference=algo.kl_coef > 0,
         lora_parameters=lora_parameters(shape, algo.lora.rank) if algo.lora else None,
         checkpointing=algo.activation_checkpointing,
-        eager_sequence_tokens=engine.max_model_len if algo.attention == "eager" else None,
+        # packed rows run the varlen kernel whatever algo.attention says ('auto' packs the Llama/Qwen2 shapes here)
+        eager_sequence_tokens=engine.max_model_len if algo.attention == "eager" and algo.pack_rows is False else None,
         optimizer=algo.optimizer, sequence_parallel=mesh.sequence_parallel), shape, precision, _state_shards(mesh))
     total = device_bytes(device, target)
     cuda = device.type == "cuda"
