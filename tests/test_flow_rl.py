@@ -91,11 +91,13 @@ TRAIN_PROMPTS = [f"q{i}" for i in range(8)]
 EVAL_PROMPTS = ["e0", "e1"]
 
 
-def _digit_model(path):
-    """A tiny Llama fitted to answer "1" or "2" (about half each) to any of our prompts."""
+def _digit_model(path, repeats=lambda index: 1):
+    """A tiny Llama fitted to answer "1" or "2" (about half each) to any of our prompts; with `repeats`, the
+    prompt at that index of TRAIN_PROMPTS + EVAL_PROMPTS gets the digit that many times (answers of known lengths)."""
     tokenizer = tiny_tokenizer()
     model = tiny_llama(seed=0)
-    examples = [encode_sft_example(tokenizer, p, answer, 64) for p in TRAIN_PROMPTS + EVAL_PROMPTS for answer in "12"]
+    examples = [encode_sft_example(tokenizer, p, digit * repeats(i), 64)
+                for i, p in enumerate(TRAIN_PROMPTS + EVAL_PROMPTS) for digit in "12"]
     width = max(len(ids) for ids, _ in examples)
     ids = torch.tensor([i + [0] * (width - len(i)) for i, _ in examples])
     mask = torch.tensor([m + [0] * (width - len(m)) for _, m in examples], dtype=torch.float32)

@@ -54,6 +54,15 @@ def digits(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def short_and_long(tmp_path_factory) -> Path:
+    """The digit model answering every other training prompt with its digit 7 times (8 tokens with EOS, 2 for the
+    others): groups that end at different rounds, for partial rollouts to carry the long ones."""
+    path = tmp_path_factory.mktemp("short_and_long") / "model"
+    _digit_model(path, repeats=lambda index: 7 if index % 2 else 1)
+    return path
+
+
 def _config_file(path: Path, config: dict) -> list[str]:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return ["--config", str(path)]
@@ -226,10 +235,12 @@ def _rl_args(digits: Path, tmp_path: Path, lora: dict | None = None, **settings)
     (1, None, {}, None),  # math as tool episodes: the episodes in flight at the kill come from the checkpoint, token-exact
     # partial rollouts: answers cut after every token, one group of two ends an iteration; the carried ones resume
     (0, None, None, {"chunk_tokens": 1, "min_complete": 0.5, "max_carries": 2})])
-def test_rl_killed_continues_from_its_last_checkpoint(digits, tmp_path, max_off_policy_steps, lora, math_tool, partial):
+def test_rl_killed_continues_from_its_last_checkpoint(request, tmp_path, max_off_policy_steps, lora, math_tool, partial):
     extra = {} if math_tool is None else {"math_tool": math_tool}
-    rollout = {"max_off_policy_steps": max_off_policy_steps} | ({} if partial is None else {"partial": partial})
-    args = _rl_args(digits, tmp_path, lora, rollout=rollout, **extra)
+    if partial is not None:  # answers of 2 and 8 tokens, cut after every token: long groups are carried
+        extra |= {"rollout": {"partial": partial}, "sampling": {"n": 4, "max_tokens": 8}}
+    model = request.getfixturevalue("digits" if partial is None else "short_and_long")
+    args = _rl_args(model, tmp_path, lora, **({"rollout": {"max_off_policy_steps": max_off_policy_steps}} | extra))
     checkpoints = "checkpoints/rl/*/iter-*/manifest.json"
     full, _, full_s = run_to_end(args, tmp_path / "full", RUN_TIMEOUT_S, "uninterrupted")
 
