@@ -158,17 +158,41 @@ SHIPPED = [("grpo", "seq_mis", "no_kl"), ("grpo", "token_mis", "kl_loss"), ("gsp
 SHIPPED_LR = 1.0  # plain SGD: a step moves a weight by its gradient (measured below), well above 100 x 1e-5
 
 
+def _on_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
+    """A copy of `model` whose padded forward runs attention `kernel` (the update keeps the model's own)."""
+    copied = copy.deepcopy(model)
+    copied.set_attn_implementation(kernel)
+    return copied
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("algorithm", "correction", "kl"), SHIPPED)
 def test_packed_rows_give_the_padded_weights_on_the_shipped_model(smollm2_dir, algorithm, correction, kl):
     """SmolLM2-135M, fp32, one group of G=8: log-normal lengths (median 64) and one answer at 1024 tokens, the
-    tail; micro-batches of 4, so the padded path pads three short rows to the 1024-token one."""
+    tail; micro-batches of 4, so the padded path pads three short rows to the 1024-token one.
+
+    At this size fp32 cannot give 1e-5: packed and padded run different attention kernels (varlen SDPA; eager on
+    padded rows), whose per-token log-probs differ by up to ~2e-5 on the 1,072-token row, and a sequence-level
+    ratio (seq-MIS, GSPO) multiplies 1,072 of them: on GRPO with seq-MIS the weights after one update at lr 1
+    differed by 7.9e-4. So the bound is the kernels' own: packing moves the weights no further than switching
+    the padded rows' kernel from eager to SDPA does (the same work, only the kernel changed), within 2x. The
+    exact check, 1e-5, is the tiny model's above, where the kernels agree to float rounding."""
     from passband.training.model_source import load_causal_lm
 
     model = load_causal_lm(smollm2_dir).eval()
     ref = copy.deepcopy(model).requires_grad_(False) if KL[kl] else None
     batch = long_tailed_batch(model, model.config.vocab_size, num_prompts=1, median=64.0, max_tokens=1024)
     assert max(len(r) for r in batch.response_ids) == 1024
-    assert_packed_equals_padded(model, ref, batch, lr=SHIPPED_LR, correction=correction, logprob_chunk_size=256,
-                                **ALGORITHMS[algorithm], **KL[kl])
+    cfg = dict(correction=correction, logprob_chunk_size=256, **ALGORITHMS[algorithm], **KL[kl])
+    eager = _two_updates(_on_kernel(model, "eager"), ref, batch, SHIPPED_LR, pack_rows=False, **cfg)
+    sdpa = _two_updates(_on_kernel(model, "sdpa"), ref, batch, SHIPPED_LR, pack_rows=False, **cfg)
+    packed = _two_updates(model, ref, batch, SHIPPED_LR, pack_rows=True, **cfg)
+    before = list(model.parameters())
+    for update in range(2):
+        moved = max(float((w - w0).abs().max()) for w, w0 in zip(eager[update], before))
+        kernels = max(float((x - y).abs().max()) for x, y in zip(eager[update], sdpa[update]))
+        packing = max(float((x - y).abs().max()) for x, y in zip(eager[update], packed[update]))
+        print(f"{algorithm} {correction} {kl} update {update + 1}: moved {moved:.3g}, eager vs sdpa {kernels:.3g}, "
+              f"packed vs padded {packing:.3g}")
+        assert packing <= max(2 * kernels, 1e-5) < moved / 10, (update + 1, packing, kernels, moved)
 
