@@ -1,4 +1,6 @@
-"""Run under torchrun by tests/test_mesh.py: the trainer mesh as each rank sees it, one JSON line per rank.
+"""Run under torchrun by tests/test_mesh.py: the trainer mesh as each rank sees it, one JSON line per rank, in a
+file of its own under $MESH_RANKS_OUT (torchrun relays the ranks' stdout, and under load it ran two ranks' lines
+together).
 
     torchrun --standalone --nproc_per_node W tests/mesh_ranks.py REPLICATE SHARD SP TIMEOUT_S [hang]
 
@@ -8,8 +10,10 @@ their replicate group: they print how long that took to fail (the mesh's sub-gro
 """
 
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -26,7 +30,14 @@ mesh = trainer_mesh("cpu")
 linear = torch.nn.Linear(4, 8, bias=False)
 fully_shard(linear, mesh=fsdp_mesh(mesh))
 sp_group = sequence_parallel_group(mesh)
-print(json.dumps({
+
+
+def emit(record: dict) -> None:
+    with open(Path(os.environ["MESH_RANKS_OUT"]) / f"rank-{rank()}.jsonl", "a") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+emit({
     "rank": rank(),
     "sp": None if sp_group is None else dist.get_process_group_ranks(sp_group),
     "dp": dist.get_process_group_ranks(data_parallel_group(mesh)),
@@ -34,7 +45,7 @@ print(json.dumps({
     "fsdp_dims": list(fsdp_mesh(mesh).mesh_dim_names),
     "placements": [str(p) for p in linear.weight.placements],
     "local_rows": linear.weight.to_local().shape[0],
-}), flush=True)
+})
 if sys.argv[5:] == ["hang"]:
     dist.barrier()
     if rank() == world_size() - 1:
@@ -43,12 +54,9 @@ if sys.argv[5:] == ["hang"]:
         start = time.monotonic()
         try:
             dist.all_reduce(torch.ones(1), group=mesh["replicate"].get_group())
-            print(json.dumps({"rank": rank(), "failed_after_s": None}), flush=True)
+            emit({"rank": rank(), "failed_after_s": None})
         except RuntimeError:
-            print(json.dumps({"rank": rank(), "failed_after_s": time.monotonic() - start}), flush=True)
-    sys.stdout.flush()
-    import os
-
+            emit({"rank": rank(), "failed_after_s": time.monotonic() - start})
     os._exit(0)  # the group is broken: no orderly teardown to wait on
 dist.barrier()
 dist.destroy_process_group()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -95,14 +96,17 @@ def test_torchrun_command_for_one_node_and_for_several() -> None:
 
 
 def _mesh_ranks(nproc: int, *args: str) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("WORLD_SIZE", None)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                           str(nproc), str(REPO / "tests" / "mesh_ranks.py"), *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
-                  key=lambda line: (line["rank"], "failed_after_s" in line))
+    """Every rank's records (tests/mesh_ranks.py), each rank writing a file of its own."""
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MESH_RANKS_OUT": out}
+        env.pop("WORLD_SIZE", None)
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                               str(nproc), str(REPO / "tests" / "mesh_ranks.py"), *args],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-4000:]
+        records = [json.loads(line) for path in sorted(Path(out).glob("rank-*.jsonl"))
+                   for line in path.read_text().splitlines()]
+    return sorted(records, key=lambda line: (line["rank"], "failed_after_s" in line))
 
 
 @pytest.mark.slow  # 4 gloo ranks: ~40 s on the loaded 2-core box
