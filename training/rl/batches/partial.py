@@ -21,7 +21,7 @@ probability, and a token's staleness is iteration - 1 - its version. A group car
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -114,16 +114,6 @@ def token_lags(sample: Sample, iteration: int) -> list[int]:
 def spans_versions(sample: Sample) -> bool:
     """Whether the answer was written by more than one weights version."""
     return len(set(sample.token_versions or [])) > 1
-
-
-@dataclass
-class PartialOutcome:
-    """What an iteration's rounds left: the complete groups (trained now) and the open ones (carried)."""
-
-    complete: list[OpenGroup]
-    carried: list[OpenGroup]
-    rounds: int
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def split_groups(groups: list[OpenGroup], max_tokens: int) -> tuple[list[OpenGroup], list[OpenGroup]]:
