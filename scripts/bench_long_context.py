@@ -2,7 +2,7 @@
 sequence-parallel degree, on the shipped SmolLM2-135M (issue 69).
 
     .venv/bin/python scripts/bench_long_context.py --model DIR [--tokens 2048 4096 8192 16384]
-        [--modes none selective every-layer] [--sp 1 2] [--phase sft rl] [--cap-gib 8]
+        [--modes none selective every-layer] [--sp 1 2] [--phase sft rl] [--malloc trainer glibc] [--cap-gib 8]
 
 `DIR`: a causal LM as a safetensors checkpoint (tests/conftest.py's smollm2_dir makes the shipped one:
 `passband.training.model_source.gguf_to_safetensors`). Each point (a phase, a length, a checkpointing mode, an
@@ -152,13 +152,17 @@ def rl_step(model_dir: Path, tokens: int, mode: str) -> tuple[float, float]:
     return metrics["trainer_ppl"], time.perf_counter() - start
 
 
-def child(model_dir: Path, tokens: int, mode: str, phase: str) -> dict:
+def child(model_dir: Path, tokens: int, mode: str, phase: str, malloc: str) -> dict:
     """This process's (or rank's) point: its peak RSS, its RSS before the model loaded, the step's seconds, and
-    `check`: the SFT loss or the RL update's perplexity, the same at any SP degree (tests/test_bench_long_context.py)."""
-    from passband.training.heap import trim_heap
+    `check`: the SFT loss or the RL update's perplexity, the same at any SP degree (tests/test_bench_long_context.py).
+    malloc "trainer": glibc's mmap threshold fixed as the trainers fix it (training/heap.py
+    `return_freed_host_memory`); "glibc": glibc's dynamic default, the trainers' before."""
+    from passband.training.heap import return_freed_host_memory, trim_heap
     from passband.training.runtime.distributed import close_process_group, rank, world_size
 
     open_ranks()
+    if malloc == "trainer":
+        return_freed_host_memory()
     trim_heap()
     before = rss_bytes()
     check, seconds = (sft_step if phase == "sft" else rl_step)(model_dir, tokens, mode)
@@ -168,23 +172,24 @@ def child(model_dir: Path, tokens: int, mode: str, phase: str) -> dict:
             "seconds": seconds, "check": check}
 
 
-def command(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, out: Path) -> list[str]:
+def command(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, malloc: str, out: Path) -> list[str]:
     point = [__file__, "--child", str(out), "--model", str(model_dir), "--tokens", str(tokens), "--modes", mode,
-             "--phase", phase]
+             "--phase", phase, "--malloc", malloc]
     if sp == 1:
         return [sys.executable, *point]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(sp), *point]
 
 
-def run_point(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, cap: int) -> list[dict] | str:
+def run_point(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, malloc: str,
+              cap: int) -> list[dict] | str:
     """One point in processes of its own (each rank's result, by rank), killed if their summed RSS passes `cap`.
     Each rank writes its result to a file of its own: torchrun relays the ranks' stdout, and two ranks' lines
     came back run together on one line."""
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // sp))}
     env.pop("WORLD_SIZE", None)
     with tempfile.TemporaryDirectory() as out:
-        return _watch(subprocess.Popen(command(model_dir, tokens, mode, sp, phase, Path(out)), env=env), cap,
-                      Path(out))
+        return _watch(subprocess.Popen(command(model_dir, tokens, mode, sp, phase, malloc, Path(out)), env=env),
+                      cap, Path(out))
 
 
 def _watch(proc: subprocess.Popen, cap: int, out: Path) -> list[dict] | str:
@@ -202,8 +207,8 @@ def _watch(proc: subprocess.Popen, cap: int, out: Path) -> list[dict] | str:
     return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
 
 
-def row(phase: str, tokens: int, mode: str, sp: int, estimate: int, point: list[dict] | str) -> str:
-    head = f"| {phase} | {tokens} | {sp} | {mode} |"
+def row(phase: str, tokens: int, mode: str, sp: int, malloc: str, estimate: int, point: list[dict] | str) -> str:
+    head = f"| {phase} | {tokens} | {sp} | {mode} | {malloc} |"
     if isinstance(point, str):
         return f"{head} {point} | | | {estimate / GIB:.2f} | | |"
     used = [r["peak"] - r["before"] for r in point]
@@ -219,27 +224,31 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["none", "selective", "every-layer"])
     parser.add_argument("--sp", type=int, nargs="+", default=[1], help="sequence-parallel degrees (ranks per point)")
     parser.add_argument("--phase", nargs="+", choices=["sft", "rl"], default=["sft"])
+    parser.add_argument("--malloc", nargs="+", choices=["trainer", "glibc"], default=["trainer"],
+                        help="trainer: glibc's mmap threshold fixed as the trainers fix it (training/heap.py); "
+                             "glibc: its dynamic default (the trainers before issue 69's fix)")
     parser.add_argument("--cap-gib", type=float, default=8.0, help="the most RSS a point's processes may hold together")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # a point's process: where it writes its result
     args = parser.parse_args()
     if args.child:
-        result = child(args.model, args.tokens[0], args.modes[0], args.phase[0])
+        result = child(args.model, args.tokens[0], args.modes[0], args.phase[0], args.malloc[0])
         (args.child / f"rank{result['rank']}.json").write_text(json.dumps(result))
         return
     cap = int(args.cap_gib * GIB)
-    print("| phase | tokens | SP | checkpointing | peak RSS, max over ranks (GiB) | peak less RSS before loading, "
+    print("| phase | tokens | SP | checkpointing | malloc | peak RSS, max over ranks (GiB) | peak less RSS before loading, "
           "max (GiB) | the same per rank (GiB) | estimate per rank (GiB) | measured / estimate | s/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for phase in args.phase:
         for tokens in args.tokens:
             for sp in args.sp:
                 for mode in args.modes:
                     estimate = estimate_bytes(args.model, tokens, mode, sp, phase)
-                    if estimate * sp > cap:
-                        point = f"not run: estimate x {sp} rank(s) over the {args.cap_gib:g} GiB cap"
-                    else:
-                        point = run_point(args.model, tokens, mode, sp, phase, cap)
-                    print(row(phase, tokens, mode, sp, estimate, point), flush=True)
+                    for malloc in args.malloc:
+                        if estimate * sp > cap:
+                            point = f"not run: estimate x {sp} rank(s) over the {args.cap_gib:g} GiB cap"
+                        else:
+                            point = run_point(args.model, tokens, mode, sp, phase, malloc, cap)
+                        print(row(phase, tokens, mode, sp, malloc, estimate, point), flush=True)
 
 
 if __name__ == "__main__":
