@@ -2,7 +2,7 @@
 sequence-parallel degree, on the shipped SmolLM2-135M (issue 69).
 
     .venv/bin/python scripts/bench_long_context.py --model DIR [--tokens 2048 4096 8192 16384]
-        [--modes none selective every-layer] [--sp 1 2] [--phase sft rl] [--malloc trainer glibc] [--cap-gib 8]
+        [--modes none selective every-layer] [--sp 1 2] [--phase sft rl] [--heap return keep] [--cap-gib 8]
 
 `DIR`: a causal LM as a safetensors checkpoint (tests/conftest.py's smollm2_dir makes the shipped one:
 `passband.training.model_source.gguf_to_safetensors`). Each point (a phase, a length, a checkpointing mode, an
@@ -100,10 +100,11 @@ def random_ids(tokens: int, vocab: int) -> list[int]:
     return torch.randint(0, vocab, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
 
 
-def sft_step(model_dir: Path, tokens: int, mode: str) -> tuple[float, float]:
+def sft_step(model_dir: Path, tokens: int, mode: str, heap: str) -> tuple[float, float]:
     """One SFT step as the loop runs it under ranks (training/sft/loop.py `_prepare_model`); (its loss, seconds)."""
     import torch
 
+    from passband.training.heap import use_heap
     from passband.training.model_source import load_causal_lm
     from passband.training.runtime.activation_checkpointing import enable_checkpointing
     from passband.training.runtime.distributed import shard_for_training, trainer_mesh
@@ -112,6 +113,7 @@ def sft_step(model_dir: Path, tokens: int, mode: str) -> tuple[float, float]:
     from passband.training.sft.model_loss import PackedLMLoss
     from passband.training.sft.packing import SFTExample, collate_packed
 
+    use_heap(heap, tokens)  # as the loop does at a stage's start (an explicit setting: the tokens do not matter)
     model = load_causal_lm(model_dir)
     enable_checkpointing(model, mode)
     model.train()
@@ -128,7 +130,7 @@ def sft_step(model_dir: Path, tokens: int, mode: str) -> tuple[float, float]:
     return loss.item(), time.perf_counter() - start
 
 
-def rl_step(model_dir: Path, tokens: int, mode: str) -> tuple[float, float]:
+def rl_step(model_dir: Path, tokens: int, mode: str, heap: str) -> tuple[float, float]:
     """One RL update as the ranks run it (training/rl/trainer.py `load_policy`, ranks.py `shard_policy`);
     (the trainer's perplexity on the response: the row's loss is 0 with its advantage, seconds)."""
     import torch
@@ -139,7 +141,8 @@ def rl_step(model_dir: Path, tokens: int, mode: str) -> tuple[float, float]:
     from passband.training.rl.trainer import load_policy
     from passband.training.rl.update import rl_update
 
-    algo = RLAlgoConfig(precision="fp32", device="cpu", activation_checkpointing=mode, skip_zero_gradient_rows=False)
+    algo = RLAlgoConfig(precision="fp32", device="cpu", activation_checkpointing=mode, skip_zero_gradient_rows=False,
+                        heap=heap)
     lm = load_policy(model_dir, algo)
     policy = shard_policy(lm, torch.device("cpu"), "fp32")
     optimizer = torch.optim.AdamW(lm.parameters(), lr=1e-6)
@@ -152,35 +155,33 @@ def rl_step(model_dir: Path, tokens: int, mode: str) -> tuple[float, float]:
     return metrics["trainer_ppl"], time.perf_counter() - start
 
 
-def child(model_dir: Path, tokens: int, mode: str, phase: str, malloc: str) -> dict:
+def child(model_dir: Path, tokens: int, mode: str, phase: str, heap: str) -> dict:
     """This process's (or rank's) point: its peak RSS, its RSS before the model loaded, the step's seconds, and
     `check`: the SFT loss or the RL update's perplexity, the same at any SP degree (tests/test_bench_long_context.py).
-    malloc "trainer": glibc's mmap threshold fixed as the trainers fix it (training/heap.py
-    `return_freed_host_memory`); "glibc": glibc's dynamic default, the trainers' before."""
-    from passband.training.heap import return_freed_host_memory, trim_heap
+    heap: the trainers' `heap` setting, "return" or "keep", set as they set it (training/heap.py `use_heap`: the SFT
+    step at its start, as the loop does; the RL update inside `rl_update`)."""
+    from passband.training.heap import trim_heap
     from passband.training.runtime.distributed import close_process_group, rank, world_size
 
     open_ranks()
-    if malloc == "trainer":
-        return_freed_host_memory()
     trim_heap()
     before = rss_bytes()
-    check, seconds = (sft_step if phase == "sft" else rl_step)(model_dir, tokens, mode)
+    check, seconds = (sft_step if phase == "sft" else rl_step)(model_dir, tokens, mode, heap)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     close_process_group()
     return {"rank": rank(), "local_tokens": tokens // world_size(), "peak": peak, "before": before,
             "seconds": seconds, "check": check}
 
 
-def command(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, malloc: str, out: Path) -> list[str]:
+def command(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, heap: str, out: Path) -> list[str]:
     point = [__file__, "--child", str(out), "--model", str(model_dir), "--tokens", str(tokens), "--modes", mode,
-             "--phase", phase, "--malloc", malloc]
+             "--phase", phase, "--heap", heap]
     if sp == 1:
         return [sys.executable, *point]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(sp), *point]
 
 
-def run_point(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, malloc: str,
+def run_point(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, heap: str,
               cap: int) -> list[dict] | str:
     """One point in processes of its own (each rank's result, by rank), killed if their summed RSS passes `cap`.
     Each rank writes its result to a file of its own: torchrun relays the ranks' stdout, and two ranks' lines
@@ -188,7 +189,7 @@ def run_point(model_dir: Path, tokens: int, mode: str, sp: int, phase: str, mall
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // sp))}
     env.pop("WORLD_SIZE", None)
     with tempfile.TemporaryDirectory() as out:
-        return _watch(subprocess.Popen(command(model_dir, tokens, mode, sp, phase, malloc, Path(out)), env=env),
+        return _watch(subprocess.Popen(command(model_dir, tokens, mode, sp, phase, heap, Path(out)), env=env),
                       cap, Path(out))
 
 
@@ -207,8 +208,8 @@ def _watch(proc: subprocess.Popen, cap: int, out: Path) -> list[dict] | str:
     return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
 
 
-def row(phase: str, tokens: int, mode: str, sp: int, malloc: str, estimate: int, point: list[dict] | str) -> str:
-    head = f"| {phase} | {tokens} | {sp} | {mode} | {malloc} |"
+def row(phase: str, tokens: int, mode: str, sp: int, heap: str, estimate: int, point: list[dict] | str) -> str:
+    head = f"| {phase} | {tokens} | {sp} | {mode} | {heap} |"
     if isinstance(point, str):
         return f"{head} {point} | | | {estimate / GIB:.2f} | | |"
     used = [r["peak"] - r["before"] for r in point]
@@ -224,18 +225,18 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["none", "selective", "every-layer"])
     parser.add_argument("--sp", type=int, nargs="+", default=[1], help="sequence-parallel degrees (ranks per point)")
     parser.add_argument("--phase", nargs="+", choices=["sft", "rl"], default=["sft"])
-    parser.add_argument("--malloc", nargs="+", choices=["trainer", "glibc"], default=["trainer"],
-                        help="trainer: glibc's mmap threshold fixed as the trainers fix it (training/heap.py); "
-                             "glibc: its dynamic default (the trainers before issue 69's fix)")
+    parser.add_argument("--heap", nargs="+", choices=["return", "keep"], default=["return"],
+                        help="the trainers' heap setting (training/heap.py): return freed blocks to the system, or "
+                             "keep them for reuse (glibc's default, the trainers' only behaviour before it)")
     parser.add_argument("--cap-gib", type=float, default=8.0, help="the most RSS a point's processes may hold together")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # a point's process: where it writes its result
     args = parser.parse_args()
     if args.child:
-        result = child(args.model, args.tokens[0], args.modes[0], args.phase[0], args.malloc[0])
+        result = child(args.model, args.tokens[0], args.modes[0], args.phase[0], args.heap[0])
         (args.child / f"rank{result['rank']}.json").write_text(json.dumps(result))
         return
     cap = int(args.cap_gib * GIB)
-    print("| phase | tokens | SP | checkpointing | malloc | peak RSS, max over ranks (GiB) | peak less RSS before loading, "
+    print("| phase | tokens | SP | checkpointing | heap | peak RSS, max over ranks (GiB) | peak less RSS before loading, "
           "max (GiB) | the same per rank (GiB) | estimate per rank (GiB) | measured / estimate | s/step |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for phase in args.phase:
@@ -243,12 +244,12 @@ def main() -> None:
             for sp in args.sp:
                 for mode in args.modes:
                     estimate = estimate_bytes(args.model, tokens, mode, sp, phase)
-                    for malloc in args.malloc:
+                    for heap in args.heap:
                         if estimate * sp > cap:
                             point = f"not run: estimate x {sp} rank(s) over the {args.cap_gib:g} GiB cap"
                         else:
-                            point = run_point(args.model, tokens, mode, sp, phase, malloc, cap)
-                        print(row(phase, tokens, mode, sp, malloc, estimate, point), flush=True)
+                            point = run_point(args.model, tokens, mode, sp, phase, heap, cap)
+                        print(row(phase, tokens, mode, sp, heap, estimate, point), flush=True)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ def tiny_dir(tmp_path_factory) -> Path:
 def test_sp2_ranks_hold_half_the_tokens_and_compute_the_one_process_loss(tiny_dir, phase):
     bench = _bench()
     cap = 8 * bench.GIB
-    one = bench.run_point(tiny_dir, TOKENS, "every-layer", 1, phase, "trainer", cap)
-    ranks = bench.run_point(tiny_dir, TOKENS, "every-layer", 2, phase, "trainer", cap)
+    one = bench.run_point(tiny_dir, TOKENS, "every-layer", 1, phase, "return", cap)
+    ranks = bench.run_point(tiny_dir, TOKENS, "every-layer", 2, phase, "return", cap)
     assert [r["rank"] for r in ranks] == [0, 1]
     assert [r["local_tokens"] for r in one + ranks] == [TOKENS, TOKENS // 2, TOKENS // 2]
     for r in ranks:
@@ -53,4 +53,4 @@ def test_sp2_ranks_hold_half_the_tokens_and_compute_the_one_process_loss(tiny_di
 def test_a_point_over_the_cap_is_killed(tiny_dir):
     bench = _bench()
     # 50 MiB: torchrun's agent alone passes it while importing torch
-    assert bench.run_point(tiny_dir, TOKENS, "none", 2, "sft", "glibc", 50 * 2**20).startswith("killed: RSS passed the")
+    assert bench.run_point(tiny_dir, TOKENS, "none", 2, "sft", "keep", 50 * 2**20).startswith("killed: RSS passed the")

@@ -12,11 +12,14 @@ with madvise).
 
 A trim between phases cannot help inside one: a backward frees the forward's activations in another order than
 it made them and allocates gradients between them, so the heap fragments while the step runs and its peak RSS
-holds pages no tensor uses, more the longer the sequence (issue 69 first read it as an N-squared term in the
-memory model). `return_freed_host_memory` fixes the threshold at 1 MiB in a trainer's process: every block of
-that size and more is mmapped and its free unmaps it, so the RSS follows the live tensors. Measured
-(docs/benchmarks.md, "Long sequences: one SFT step's peak by activation checkpointing"): one SFT step of 4K
-tokens with every-layer checkpointing peaked at 3.91 GiB of RSS with glibc's default, 2.24 GiB with it.
+holds pages no tensor uses, more the longer the micro-batch (issue 69 first read it as an N-squared term in the
+memory model). The trainers' `heap` setting (`use_heap`): "return" fixes the threshold at 1 MiB, so every block of
+that size and more is mmapped and its free unmaps it, and the RSS follows the live tensors; "keep" is glibc's
+default; "auto" returns for micro-batches of `LONG_MICRO_BATCH_TOKENS` tokens a rank and more. Measured
+(docs/benchmarks.md, "Long sequences: one SFT step's peak by activation checkpointing"), one SFT step of the
+shipped model with every-layer checkpointing, peak RSS less RSS before loading, keep -> return: 2K 2.95 -> 2.71
+GiB, 4K 4.34 -> 2.70, 8K 6.15 -> 2.70. The price is a page fault for every page of every new block: steady-state
+2K steps ran 20-45% slower with "return", which is why short micro-batches keep.
 
 The GPU's counterpart, `release_device_memory`: torch's CUDA allocator keeps freed blocks reserved
 the way malloc keeps freed chunks, and an engine beside the trainer needs them back.
@@ -29,9 +32,17 @@ import ctypes.util
 import gc
 import os
 import platform
+from typing import Literal
 
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number for the mmap threshold (glibc's malloc.h)
-TRAINER_MMAP_THRESHOLD = 1 << 20  # blocks of 1 MiB and more are mmapped; smaller ones stay in the heap, reused cheaply
+HeapSetting = Literal["auto", "keep", "return"]
+"""What a trainer's freed tensors do on the CPU (glibc): stay in the heap for reuse, or go back to the system."""
+M_MMAP_THRESHOLD, M_TRIM_THRESHOLD = -3, -1  # mallopt's parameter numbers (glibc's malloc.h)
+RETURN_MMAP_THRESHOLD = 1 << 20  # "return": blocks of 1 MiB and more mmapped; smaller ones stay in the heap
+# "keep" after "return": where glibc's dynamic thresholds settle once a training step has freed its first large
+# blocks (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, and twice that for the trim threshold)
+KEEP_MMAP_THRESHOLD = 32 << 20
+LONG_MICRO_BATCH_TOKENS = 4096  # "auto" returns from here: at 4K a step's heap kept 1.6 GiB of fragments
+_returning = False  # whether this process's threshold is fixed at RETURN_MMAP_THRESHOLD (mallopt cannot be read)
 
 
 def trim_heap() -> bool:
@@ -41,13 +52,30 @@ def trim_heap() -> bool:
     return bool(trim is not None and trim(0))
 
 
-def return_freed_host_memory() -> bool:
-    """Fix glibc's mmap threshold at `TRAINER_MMAP_THRESHOLD` for this process (the module docstring's why), at a
-    trainer's start; True when set. False, and nothing changed, off glibc (musl, macOS) or where
-    `MALLOC_MMAP_THRESHOLD_` is in the environment: glibc read the user's own value at start."""
-    if platform.libc_ver()[0] != "glibc" or "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return False
-    return ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, TRAINER_MMAP_THRESHOLD) == 1
+def heap_returns(setting: HeapSetting, tokens_per_rank: int) -> bool:
+    """Whether a trainer whose micro-batches hold up to `tokens_per_rank` tokens on each rank returns its freed
+    blocks ("auto": from LONG_MICRO_BATCH_TOKENS, where the fragments outweigh the page faults)."""
+    return setting == "return" or (setting == "auto" and tokens_per_rank >= LONG_MICRO_BATCH_TOKENS)
+
+
+def use_heap(setting: HeapSetting, tokens_per_rank: int) -> bool:
+    """Set this process's glibc thresholds for `heap_returns(setting, tokens_per_rank)` (the module docstring's
+    why), at a trainer's start or a stage's; returns whether freed blocks are now returned. Nothing is changed
+    off glibc (musl, macOS), or where `MALLOC_MMAP_THRESHOLD_` is in the environment (glibc read the user's own
+    value at start), or when the process already has what is asked: "keep" in a process that never returned
+    leaves glibc's dynamic default as it was."""
+    global _returning
+    returns = heap_returns(setting, tokens_per_rank)
+    if platform.libc_ver()[0] != "glibc" or "MALLOC_MMAP_THRESHOLD_" in os.environ or returns == _returning:
+        return _returning
+    libc = ctypes.CDLL(None)
+    if returns:
+        libc.mallopt(M_MMAP_THRESHOLD, RETURN_MMAP_THRESHOLD)
+    else:
+        libc.mallopt(M_MMAP_THRESHOLD, KEEP_MMAP_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * KEEP_MMAP_THRESHOLD)
+    _returning = returns
+    return returns
 
 
 def release_device_memory() -> None:

@@ -15,6 +15,7 @@ from passband.training.lora.settings import RLLoraConfig
 from passband.training.optim.config import OptimizerConfig, refuse_muon_with_lora
 from passband.training.rl.algebra.kl_rules import check_kl_placement, refuse_renamed_estimator
 from passband.training.runtime.schedule import lr_at
+from passband.training.heap import HeapSetting
 from passband.training.runtime.activation_checkpointing import CheckpointingSetting
 from passband.training.runtime.settings import DeviceSetting, PrecisionSetting
 
@@ -207,6 +208,15 @@ class RLAlgoConfig(BaseModel):
         "free activations of different sizes, which glibc keeps as fragments the next one cannot reuse, so the "
         "update's peak held the earlier micro-batches' leftovers. scripts/bench_rl_vs_trl.py, 2 cores: trainer peak "
         "5.28 -> 5.08 GB at the same seconds per iteration (35.1 vs 35.6, within the run-to-run spread).",
+    )
+    heap: HeapSetting = Field(
+        default="auto",
+        description="What the trainer does with the tensors it frees, on the CPU under glibc (training/heap.py): 'keep' them in the heap for "
+        "reuse (glibc's default: fastest, but a backward fragments the heap and the RSS keeps pages no tensor uses, more the "
+        "longer the micro-batch); 'return' them to the system (blocks of 1 MiB and more are mmapped: the RSS follows the live "
+        "tensors, for a page fault per new page); 'auto': return when the batch's longest row (prompt and response) over the sequence-parallel degree is 4096 tokens or more, keep below. One "
+        "SFT step at 8K tokens, every-layer: peak 6.15 GiB kept, 2.70 returned; steady 2K steps 20-45% slower returned "
+        "(docs/benchmarks.md, \"Long sequences\"). MALLOC_MMAP_THRESHOLD_ in the environment overrides it.",
     )
     activation_checkpointing: CheckpointingSetting = Field(
         default="every-layer",

@@ -114,13 +114,11 @@ def open_rank_trainer(config: RanksConfig) -> RLTrainer:
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
     from passband.training.runtime.device import resolve_device
-    from passband.training.heap import return_freed_host_memory
     from passband.training.runtime.precision import resolve_precision
 
     open_process_group(config.collective_timeout_s, config.mesh)
     weights_dir = config.resume_from or config.model
     device = resolve_device(config.algo.device)  # this rank's GPU under CUDA
-    return_freed_host_memory()  # the RSS follows the live tensors (training/heap.py)
     precision = resolve_precision(config.algo.precision, device)  # bf16: the layers' FSDP2 mixed precision
     sharded = world_size() > 1
     lm = load_policy(weights_dir, config.algo, on_meta=sharded, trust_remote_code=config.trust_remote_code)

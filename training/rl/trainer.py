@@ -153,11 +153,9 @@ def open_trainer(model_dir: Path, tasks: list[str], algo: RLAlgoConfig, resume_d
     from passband.training.model_source import load_tokenizer
     from passband.training.rl.update import build_optimizer
     from passband.training.runtime.device import resolve_device
-    from passband.training.heap import return_freed_host_memory
     from passband.training.runtime.precision import resolve_precision
 
     device = resolve_device(algo.device)  # the one decision: policy, reference, AdamW and batches follow it
-    return_freed_host_memory()  # the RSS follows the live tensors (training/heap.py)
     weights_dir = Path(resume_dir or model_dir)
     base = Path(base_dir or model_dir)
     # LoRA: the base is the start model (or the one its adapter sits on); a resumed run puts its adapters

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from passband.training.heap import trim_heap
+from passband.training.heap import trim_heap, use_heap
 from passband.training.logprobs import ResponseLogprobs, packed_response_logprobs, pad_rows, response_logprobs
 from passband.training.rl.algebra.advantages import group_advantages, zero_variance_groups
 from passband.training.rl.batches.batching import RolloutBatch
@@ -407,6 +407,9 @@ def rl_update(
     before returning.
     """
     cfg = cfg.model_copy(update={"pack_rows": packs_rows(model, cfg)})
+    sequence_group = sequence_parallel_group(trainer_mesh(model.lm_head.weight.device.type))
+    longest = max(len(prompt) + len(response) for prompt, response in zip(batch.prompt_ids, batch.response_ids))
+    use_heap(cfg.heap, longest // (sequence_group.size() if sequence_group is not None else 1))
     with _attention_for(model, ref_model, cfg):
         metrics = _update(model, ref_model, optimizer, batch, cfg, generator)
     if cfg.trim_heap:

@@ -44,7 +44,7 @@ from passband.training.runtime.mesh import data_parallel_group, data_parallel_ra
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.runtime.varlen_attention import resolve_attention
 from passband.training.runtime.device import fused_on, peak_memory_mb, resolve_device
-from passband.training.heap import return_freed_host_memory
+from passband.training.heap import use_heap
 from passband.training.sft.packing import SFTExample, collate_packed, group_micro_batches, pack_first_fit_decreasing
 from passband.training.runtime.precision import resolve_precision
 from passband.training.sft.sampler import SamplerState, StepSampler, count_steps
@@ -220,12 +220,12 @@ def _prepare_model(model: Any, cfg: StageConfig, resume_from: Path | None,
     model.train()
     previous_attention = model.config._attn_implementation
     run_on = resolve_device(cfg.device)  # the one decision; the model, AdamW and every batch follow it
-    return_freed_host_memory()  # the RSS follows the live tensors (training/heap.py)
     precision = resolve_precision(cfg.precision, run_on)
     if cfg.lora is not None and precision == "bf16_autocast":  # the same bits in half the memory
         base_weights_in_bf16(model)
     # Ulysses (distributed.sequence_parallel > 1): each micro-batch split along its tokens over the group
     sequence_group = sequence_parallel_group(trainer_mesh(run_on.type))
+    use_heap(cfg.heap, cfg.micro_batch_tokens // (sequence_group.size() if sequence_group is not None else 1))
     loss_module = PackedLMLoss(model, cfg.loss_chunk_size,
                                resolve_attention(cfg.attention, run_on, sequence_group is not None), precision,
                                cfg.lm_head_fp32, sequence_group)
