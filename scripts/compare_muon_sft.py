@@ -256,7 +256,7 @@ def curves_markdown(runs: list[dict]) -> str:
 def evaluate_winners(config: Any, curate_outputs: dict[str, str], best: dict[str, dict],
                      max_problems: int | None) -> dict:
     """AdamW's winner on the demo's eval splits, then Muon's against AdamW's samples (paired delta)."""
-    from passband.flows.evaluate.config import EvaluateConfig
+    from passband.flows.evaluate.flow import EvaluateConfig
     from passband.flows.evaluate.flow import evaluate
     from passband.flows.pipeline.flow import _stage_config
     from passband.training.engines.keeper import ENGINES
