@@ -13,7 +13,8 @@ by the same factor for both optimizers (the cosine schedule follows the new leng
 Curate's outputs (sft_stage1, sft_stage2, the eval splits) come from a finished demo's home
 (`--curate-from`; its artifacts are copied into --home under the same keys), or, without it, from the
 demo's curate stage run here. Everything else runs in --home, one process, through the flows (stage
-cache included: a rerun of this script reuses the runs that finished).
+cache included: a rerun of this script at the same commit reuses the runs that finished; the stage key holds
+the code version, so after any commit every run trains again).
 
 The best rate of each optimizer is the one with the lowest mean training loss over the last quarter of its
 steps: within an epoch the sampler draws each row once, so a step's loss is on rows the model has not yet
