@@ -83,7 +83,7 @@ from passband.training.rl.monitoring.rollout_metrics import rollout_metrics
 from passband.training.rl.update_metrics import BatchMetrics, StepsMetrics, ThetaKMetrics, UpdateMetrics, summarize_steps
 from passband.training.runtime.settings import Precision
 from passband.training.runtime.device import fused_on
-from passband.training.runtime.distributed import data_parallel_size, full_norm, trainer_mesh
+from passband.training.runtime.distributed import data_parallel_size, full_norm, sequence_parallel_size, trainer_mesh
 from passband.training.runtime.mesh import sequence_parallel_group
 from passband.training.runtime.packed_rows import packing_refusal
 from passband.training.runtime.ulysses import gather_sequence
@@ -407,9 +407,8 @@ def rl_update(
     before returning.
     """
     cfg = cfg.model_copy(update={"pack_rows": packs_rows(model, cfg)})
-    sequence_group = sequence_parallel_group(trainer_mesh(model.lm_head.weight.device.type))
     longest = max(len(prompt) + len(response) for prompt, response in zip(batch.prompt_ids, batch.response_ids))
-    use_heap(cfg.heap, longest // (sequence_group.size() if sequence_group is not None else 1))
+    use_heap(cfg.heap, longest // sequence_parallel_size())
     with _attention_for(model, ref_model, cfg):
         metrics = _update(model, ref_model, optimizer, batch, cfg, generator)
     if cfg.trim_heap:

@@ -66,6 +66,11 @@ def data_parallel_size() -> int:
     return world_size() if shape is None else shape.data_parallel
 
 
+def sequence_parallel_size() -> int:
+    """Ranks that split each sequence along its tokens (the mesh's sequence_parallel; 1 in one process)."""
+    return world_size() // data_parallel_size()
+
+
 def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 

@@ -38,8 +38,8 @@ from passband.training.runtime.meta_init import fill_weights, on_meta
 from passband.training.lora.adapters import (adapter_checkpoint, attach_adapters, base_weights_in_bf16,
                                              load_adapter_state, read_adapter)
 from passband.training.sft.config import StageConfig
-from passband.training.runtime.distributed import (full_norm, rank, rank_micro_batches, shard_for_training,
-                                                   trainer_mesh, world_size)
+from passband.training.runtime.distributed import (full_norm, rank, rank_micro_batches, sequence_parallel_size,
+                                                   shard_for_training, trainer_mesh, world_size)
 from passband.training.runtime.mesh import data_parallel_group, data_parallel_ranks, sequence_parallel_group
 from passband.training.sft.model_loss import PackedLMLoss
 from passband.training.runtime.varlen_attention import resolve_attention
@@ -225,7 +225,7 @@ def _prepare_model(model: Any, cfg: StageConfig, resume_from: Path | None,
         base_weights_in_bf16(model)
     # Ulysses (distributed.sequence_parallel > 1): each micro-batch split along its tokens over the group
     sequence_group = sequence_parallel_group(trainer_mesh(run_on.type))
-    use_heap(cfg.heap, cfg.micro_batch_tokens // (sequence_group.size() if sequence_group is not None else 1))
+    use_heap(cfg.heap, cfg.micro_batch_tokens // sequence_parallel_size())
     loss_module = PackedLMLoss(model, cfg.loss_chunk_size,
                                resolve_attention(cfg.attention, run_on, sequence_group is not None), precision,
                                cfg.lm_head_fp32, sequence_group)
